@@ -1,0 +1,216 @@
+package holdfast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Loader reads a value from the source of truth (the database) when no tier
+// has it. It returns ErrNotFound (possibly wrapped) when the source has no
+// value for the key. ctx is detached from the callers and bounded by the
+// namespace's LoadTimeout.
+type Loader interface {
+	Load(ctx context.Context, key string) ([]byte, error)
+}
+
+// LoaderFunc adapts a function to a Loader.
+type LoaderFunc func(ctx context.Context, key string) ([]byte, error)
+
+// Load calls f(ctx, key).
+func (f LoaderFunc) Load(ctx context.Context, key string) ([]byte, error) { return f(ctx, key) }
+
+// Source says how a read was served.
+type Source uint8
+
+const (
+	// SourceHot: from this process's hot tier.
+	SourceHot Source = iota + 1
+	// SourceShared: a fresh value from the shared tier.
+	SourceShared
+	// SourceLoaded: from the loader, by this read or one it waited for.
+	SourceLoaded
+	// SourceStale: a value past its soft time but within its hard time,
+	// returned at once while one background refresh runs.
+	SourceStale
+	// SourceStaleOnError: a value past its hard time, within the namespace's
+	// stale-if-error window, served because fresh data could not be had (the
+	// loader failed, timed out or was rejected).
+	SourceStaleOnError
+	// SourceLocal: a value within its hard time from this process's
+	// last-known-good store, served because the shared tier is failing.
+	SourceLocal
+)
+
+var sourceNames = [...]string{"", "hot", "shared", "loaded", "stale", "stale-on-error", "local"}
+
+func (s Source) String() string {
+	if int(s) < len(sourceNames) && s != 0 {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("Source(%d)", s)
+}
+
+// Result is a value and how it was served. Value is shared with the cache and
+// with other readers: it must not be modified.
+type Result struct {
+	Value []byte
+	// Source is the tier or path that answered.
+	Source Source
+	// NotFound is set, with the error ErrNotFound, when the answer is that the
+	// source has no value for the key (cached or just loaded).
+	NotFound bool
+	// Collapsed is set when this read waited for another read's fetch
+	// (RFC 9211's "collapsed").
+	Collapsed bool
+	// Origin is when the value was read from the source; Soft and Hard are
+	// its expiry times (see Entry).
+	Origin, Soft, Hard time.Time
+}
+
+// Age is how long before now the value was read from the source.
+func (r Result) Age(now time.Time) time.Duration { return now.Sub(r.Origin) }
+
+// Stale reports whether the value was served past its soft time.
+func (r Result) Stale() bool { return r.Source == SourceStale || r.Source == SourceStaleOnError }
+
+// Cache is a read-through cache of namespaces. Create one with New; it is safe
+// for concurrent use. Close stops its background refreshes.
+type Cache struct {
+	opts    Options
+	limit   *limiter
+	ctx     context.Context // parent of every load; cancelled by Close
+	cancel  context.CancelFunc
+	loads   sync.WaitGroup // flights and refreshes in progress
+	closing sync.Once
+
+	mu         sync.Mutex
+	namespaces map[string]*Namespace
+	closed     bool
+}
+
+// New returns a Cache configured by opts, or an error if opts is invalid.
+func New(opts Options) (*Cache, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Cache{
+		opts:       opts,
+		limit:      newLimiter(opts.MaxConcurrentLoads, opts.LoadWait),
+		ctx:        ctx,
+		cancel:     cancel,
+		namespaces: make(map[string]*Namespace),
+	}, nil
+}
+
+// Namespace creates the namespace name with policy p. Names are 1 to 64
+// characters of a-z, 0-9, '_', '-' and '.', so that "<namespace>:<key>" keys
+// in a shared tier cannot collide across namespaces. Creating a name twice is
+// an error.
+func (c *Cache) Namespace(name string, p Policy) (*Namespace, error) {
+	if err := validNamespace(name); err != nil {
+		return nil, err
+	}
+	p, err := p.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("namespace %q: %w", name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if _, dup := c.namespaces[name]; dup {
+		return nil, fmt.Errorf("holdfast: namespace %q already exists", name)
+	}
+	ns := newNamespace(c, name, p)
+	c.namespaces[name] = ns
+	return ns, nil
+}
+
+func validNamespace(name string) error {
+	if len(name) == 0 || len(name) > 64 {
+		return fmt.Errorf("holdfast: namespace name %q must be 1 to 64 characters", name)
+	}
+	for i := 0; i < len(name); i++ {
+		switch ch := name[i]; {
+		case ch >= 'a' && ch <= 'z', ch >= '0' && ch <= '9', ch == '_', ch == '-', ch == '.':
+		default:
+			return fmt.Errorf("holdfast: namespace name %q has %q; use a-z, 0-9, '_', '-', '.'", name, ch)
+		}
+	}
+	return nil
+}
+
+// Stats returns a snapshot of every namespace's counters, by name.
+func (c *Cache) Stats() map[string]Stats {
+	c.mu.Lock()
+	nss := make([]*Namespace, 0, len(c.namespaces))
+	for _, ns := range c.namespaces {
+		nss = append(nss, ns)
+	}
+	c.mu.Unlock()
+	out := make(map[string]Stats, len(nss))
+	for _, ns := range nss {
+		out[ns.name] = ns.Stats()
+	}
+	return out
+}
+
+// Namespaces returns the names of the namespaces, sorted.
+func (c *Cache) Namespaces() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.namespaces))
+	for n := range c.namespaces {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LoadsInFlight reports how many loader calls hold a slot of the cache-wide
+// load limit now.
+func (c *Cache) LoadsInFlight() int { return c.limit.inUse() }
+
+// Close cancels loads and background refreshes, waits for them to return,
+// and makes later reads fail with ErrClosed. It does not close the shared
+// tier, which the caller owns.
+func (c *Cache) Close() error {
+	c.closing.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cancel()
+	})
+	c.loads.Wait()
+	return nil
+}
+
+// goOwned runs fn on a goroutine that Close waits for. It reports false, and
+// does not run fn, once the cache is closing.
+func (c *Cache) goOwned(fn func()) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.loads.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.loads.Done()
+		fn()
+	}()
+	return true
+}
+
+func (c *Cache) logger() *slog.Logger { return c.opts.Logger }
+
+// isNotFound reports whether a loader error means "no such value".
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

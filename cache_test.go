@@ -1,0 +1,711 @@
+package holdfast_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/inmem"
+	"github.com/holdfast-dev/holdfast/internal/fakeclock"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// newCache returns a cache closed at the end of the test.
+func newCache(t *testing.T, opts holdfast.Options) *holdfast.Cache {
+	t.Helper()
+	c, err := holdfast.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newNS(t *testing.T, c *holdfast.Cache, name string, p holdfast.Policy) *holdfast.Namespace {
+	t.Helper()
+	ns, err := c.Namespace(name, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// countingLoader returns "v<n>:<key>" on its n-th call.
+type countingLoader struct {
+	calls atomic.Int64
+	gate  chan struct{} // when non-nil, each call waits for it to close
+	err   error
+}
+
+func (l *countingLoader) Load(ctx context.Context, key string) ([]byte, error) {
+	n := l.calls.Add(1)
+	if l.gate != nil {
+		select {
+		case <-l.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	return fmt.Appendf(nil, "v%d:%s", n, key), nil
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func mustGet(t *testing.T, ns *holdfast.Namespace, key string, l holdfast.Loader) holdfast.Result {
+	t.Helper()
+	res, err := ns.Get(context.Background(), key, l)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	return res
+}
+
+func TestTenThousandMissesOneLoad(t *testing.T) {
+	c := newCache(t, holdfast.Options{Shared: inmem.New(nil)})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	l := &countingLoader{gate: make(chan struct{})}
+	const n = 10_000
+	var wg sync.WaitGroup
+	var wrong atomic.Int64
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := ns.Get(context.Background(), "p1", l)
+			if err != nil || string(res.Value) != "v1:p1" {
+				wrong.Add(1)
+			}
+		}()
+	}
+	// Every goroutine but the leader has joined the flight before the load
+	// may finish, so none can miss it and start a second load.
+	eventually(t, "all readers to join", func() bool { return ns.Stats().Coalesced == n-1 })
+	close(l.gate)
+	wg.Wait()
+	if got := l.calls.Load(); got != 1 {
+		t.Errorf("loader calls = %d, want 1", got)
+	}
+	if w := wrong.Load(); w != 0 {
+		t.Errorf("%d readers did not get the loaded value", w)
+	}
+}
+
+func TestWaiterLeavesOnItsOwnContext(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	l := &countingLoader{gate: make(chan struct{})}
+
+	// The leader's context is cancelled too: the load is detached from it.
+	leaderCtx, cancelLeader := context.WithCancel(context.Background())
+	leaderErr := make(chan error, 1)
+	go func() { _, err := ns.Get(leaderCtx, "k", l); leaderErr <- err }()
+	eventually(t, "the load to start", func() bool { return l.calls.Load() == 1 })
+
+	other := make(chan holdfast.Result, 1)
+	go func() { res, _ := ns.Get(context.Background(), "k", l); other <- res }()
+	eventually(t, "the second reader to join", func() bool { return ns.Stats().Coalesced == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	leaving := make(chan error, 1)
+	go func() { _, err := ns.Get(ctx, "k", l); leaving <- err }()
+	eventually(t, "the third reader to join", func() bool { return ns.Stats().Coalesced == 2 })
+	cancel()
+	cancelLeader()
+	select {
+	case err := <-leaving:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("leaving reader: err = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a reader whose context was cancelled is still waiting")
+	}
+	if err := <-leaderErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("leader: err = %v, want context.Canceled", err)
+	}
+	close(l.gate)
+	if res := <-other; string(res.Value) != "v1:k" || !res.Collapsed {
+		t.Fatalf("remaining reader got %q (collapsed %v), want v1:k collapsed", res.Value, res.Collapsed)
+	}
+	if got := l.calls.Load(); got != 1 {
+		t.Fatalf("loader calls = %d, want 1", got)
+	}
+}
+
+func TestLoaderPanicBecomesErrorForEveryWaiter(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	gate := make(chan struct{})
+	var calls atomic.Int64
+	boom := errors.New("boom")
+	panicky := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		calls.Add(1)
+		<-gate
+		panic(boom)
+	})
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() { _, err := ns.Get(context.Background(), "k", panicky); errs <- err }()
+	}
+	eventually(t, "all readers to join", func() bool { return ns.Stats().Coalesced == n-1 })
+	close(gate)
+	for range n {
+		err := <-errs
+		var pe *holdfast.PanicError
+		if !errors.As(err, &pe) || !errors.Is(err, boom) || len(pe.Stack) == 0 {
+			t.Fatalf("err = %v, want a *PanicError wrapping boom with a stack", err)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1", calls.Load())
+	}
+	// Errors are not cached: the next read loads again.
+	if res := mustGet(t, ns, "k", &countingLoader{}); string(res.Value) != "v1:k" {
+		t.Fatalf("after a panic: got %q", res.Value)
+	}
+}
+
+func TestLoadTimeoutBoundsTheLoad(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: 50 * time.Millisecond})
+	l := &countingLoader{gate: make(chan struct{})} // never opened: only the deadline ends it
+	_, err := ns.Get(context.Background(), "k", l)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestLoaderErrorsAreNotCached(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	bad := &countingLoader{err: errors.New("db down")}
+	for i := 1; i <= 3; i++ {
+		if _, err := ns.Get(context.Background(), "k", bad); err == nil || !errors.Is(err, bad.err) {
+			t.Fatalf("read %d: err = %v, want the loader's error", i, err)
+		}
+	}
+	if bad.calls.Load() != 3 {
+		t.Fatalf("loader calls = %d, want 3: a failure must not be cached", bad.calls.Load())
+	}
+}
+
+func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: time.Second, TTL: 5 * time.Second})
+	l := &countingLoader{}
+	if res := mustGet(t, ns, "s1", l); res.Source != holdfast.SourceLoaded {
+		t.Fatalf("first read: source %v, want loaded", res.Source)
+	}
+	clk.Advance(2 * time.Second) // past soft, before hard
+	l.gate = make(chan struct{})
+	const n = 50
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := ns.Get(context.Background(), "s1", l)
+			if err != nil || string(res.Value) != "v1:s1" || res.Source != holdfast.SourceStale {
+				t.Errorf("stale read: %q %v %v, want v1:s1 from stale", res.Value, res.Source, err)
+			}
+		}()
+	}
+	wg.Wait() // every reader returned while the refresh is still blocked
+	if got := l.calls.Load(); got != 2 {
+		t.Fatalf("loader calls = %d, want 2 (the load and one refresh)", got)
+	}
+	close(l.gate)
+	eventually(t, "the refresh to store", func() bool {
+		res, err := ns.Get(context.Background(), "s1", l)
+		return err == nil && string(res.Value) == "v2:s1"
+	})
+	if got := l.calls.Load(); got != 2 {
+		t.Fatalf("loader calls = %d after the refresh, want 2", got)
+	}
+	if st := ns.Stats(); st.Refreshes != 1 {
+		t.Fatalf("refreshes = %d, want 1", st.Refreshes)
+	}
+}
+
+func TestRejectedRefreshKeepsStaleUntilHardThenOverloaded(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{Shared: inmem.New(clk.Now), Clock: clk, MaxConcurrentLoads: 1})
+	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: time.Second, TTL: 5 * time.Second})
+	l := &countingLoader{}
+	mustGet(t, ns, "s1", l)
+
+	// Another key's load holds the only slot.
+	blocker := &countingLoader{gate: make(chan struct{})}
+	go ns.Get(context.Background(), "other", blocker)
+	eventually(t, "the blocking load", func() bool { return blocker.calls.Load() == 1 })
+	defer close(blocker.gate)
+
+	clk.Advance(2 * time.Second)
+	for range 3 {
+		res := mustGet(t, ns, "s1", l)
+		if string(res.Value) != "v1:s1" || res.Source != holdfast.SourceStale {
+			t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
+		}
+	}
+	eventually(t, "rejected refreshes", func() bool { return ns.Stats().Rejected >= 1 })
+	clk.Advance(3 * time.Second) // at hard
+	_, err := ns.Get(context.Background(), "s1", l)
+	if !errors.Is(err, holdfast.ErrOverloaded) {
+		t.Fatalf("past hard with the limiter full: err = %v, want ErrOverloaded", err)
+	}
+	if l.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1: every refresh was rejected", l.calls.Load())
+	}
+}
+
+func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}})
+
+	// Another process loaded the value 0.5 s ago; this one reads it from the
+	// shared tier now, so it enters memory 0.5 s after its origin.
+	origin := t0.Add(-500 * time.Millisecond)
+	shared.Put("stock:s1", holdfast.AppendEntry(nil, holdfast.Entry{
+		Value: []byte("old"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second),
+	}), time.Minute)
+	if res := mustGet(t, ns, "s1", &countingLoader{}); res.Source != holdfast.SourceShared {
+		t.Fatalf("source %v, want shared", res.Source)
+	}
+
+	shared.Fail(inmem.ErrInjected)
+	down := &countingLoader{err: errors.New("db down")}
+	// The window ends at origin + TTL + StaleIfError = t0 + 5.5 s; counted
+	// from entry into memory it would end at t0 + 6 s.
+	clk.Advance(5300 * time.Millisecond)
+	res, err := ns.Get(context.Background(), "s1", down)
+	if err != nil || string(res.Value) != "old" || res.Source != holdfast.SourceStaleOnError {
+		t.Fatalf("inside the window: %q from %v, err %v; want old, stale-on-error", res.Value, res.Source, err)
+	}
+	if age := res.Age(clk.Now()); age != 5800*time.Millisecond {
+		t.Fatalf("age = %v, want 5.8s counted from origin", age)
+	}
+	clk.Advance(400 * time.Millisecond) // t0 + 5.7 s
+	if _, err := ns.Get(context.Background(), "s1", down); err == nil || !errors.Is(err, down.err) {
+		t.Fatalf("past the window: err = %v, want the loader's error", err)
+	}
+}
+
+func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
+	l := &countingLoader{}
+	mustGet(t, ns, "p1", l)
+	shared.Fail(inmem.ErrInjected)
+	clk.Advance(5 * time.Second)
+	for range 100 {
+		res := mustGet(t, ns, "p1", l)
+		if res.Source != holdfast.SourceLocal || string(res.Value) != "v1:p1" {
+			t.Fatalf("tier down: %q from %v, want v1:p1 from local", res.Value, res.Source)
+		}
+	}
+	if l.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1: within hard the last good value serves", l.calls.Load())
+	}
+	clk.Advance(5 * time.Second) // at hard: one load
+	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v2:p1" || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("past hard: %q from %v, want v2:p1 loaded", res.Value, res.Source)
+	}
+	if st := ns.Stats(); st.SharedErrors == 0 || st.SharedSetErrors == 0 || st.LocalServed != 100 {
+		t.Fatalf("stats %+v: want shared errors, set errors and 100 local", st)
+	}
+}
+
+func TestNegativeCaching(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{Shared: inmem.New(clk.Now), Clock: clk})
+	ns := newNS(t, c, "product", holdfast.Policy{NegativeTTL: 2 * time.Second})
+	var calls atomic.Int64
+	missing := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		calls.Add(1)
+		return nil, fmt.Errorf("product %s: %w", key, holdfast.ErrNotFound)
+	})
+	for i := range 5 {
+		res, err := ns.Get(context.Background(), "nope", missing)
+		if !errors.Is(err, holdfast.ErrNotFound) || !res.NotFound {
+			t.Fatalf("read %d: err %v notFound %v, want ErrNotFound", i, err, res.NotFound)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1 within the negative TTL", calls.Load())
+	}
+	clk.Advance(2 * time.Second)
+	ns.Get(context.Background(), "nope", missing)
+	if calls.Load() != 2 {
+		t.Fatalf("loader calls = %d, want 2 after the negative TTL", calls.Load())
+	}
+	if st := ns.Stats(); st.NegativeHits != 4 || st.LoadNotFound != 2 {
+		t.Fatalf("negative hits %d, not-found loads %d; want 4 and 2", st.NegativeHits, st.LoadNotFound)
+	}
+}
+
+func TestInvalidationDuringLoadIsNotStored(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Minute})
+	l := &countingLoader{gate: make(chan struct{})}
+	got := make(chan holdfast.Result, 1)
+	go func() { res, _ := ns.Get(context.Background(), "p1", l); got <- res }()
+	eventually(t, "the load to start", func() bool { return l.calls.Load() == 1 })
+	if err := ns.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	close(l.gate)
+	<-got // the reader that asked before the invalidation may see the old load
+	if _, ok := shared.Raw("product:p1"); ok {
+		t.Fatal("a load that began before the invalidation was stored in the shared tier")
+	}
+	l.gate = nil
+	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v2:p1" || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("after invalidation: %q from %v, want a new load v2:p1", res.Value, res.Source)
+	}
+	if st := ns.Stats(); st.DroppedStaleSets != 1 {
+		t.Fatalf("dropped stale sets = %d, want 1", st.DroppedStaleSets)
+	}
+}
+
+func TestInvalidateRemovesEveryTier(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour})
+	l := &countingLoader{}
+	mustGet(t, ns, "p1", l)
+	if res := mustGet(t, ns, "p1", l); res.Source != holdfast.SourceHot {
+		t.Fatalf("second read from %v, want hot", res.Source)
+	}
+	if err := ns.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	// With the shared tier down and the loader failing, nothing old may come
+	// back: the last-known-good copy went too.
+	shared.Fail(inmem.ErrInjected)
+	if _, err := ns.Get(context.Background(), "p1", &countingLoader{err: errors.New("db down")}); err == nil {
+		t.Fatal("an invalidated value was served from last-known-good")
+	}
+	// A failed shared delete still drops the local copies and says so.
+	shared.Fail(nil)
+	mustGet(t, ns, "p2", l)
+	shared.Fail(inmem.ErrInjected)
+	if err := ns.Invalidate(context.Background(), "p2"); !errors.Is(err, inmem.ErrInjected) {
+		t.Fatalf("invalidate with the tier down: err = %v, want the tier's error", err)
+	}
+	if _, err := ns.Get(context.Background(), "p2", &countingLoader{err: errors.New("db down")}); err == nil {
+		t.Fatal("a value invalidated during an outage was served from this process")
+	}
+}
+
+func TestHotTierNeverPastSoft(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 3 * time.Second, TTL: 5 * time.Second})
+	l := &countingLoader{}
+	mustGet(t, ns, "s1", l)
+	if res := mustGet(t, ns, "s1", l); res.Source != holdfast.SourceHot {
+		t.Fatalf("source %v, want hot", res.Source)
+	}
+	clk.Advance(3 * time.Second)
+	if res := mustGet(t, ns, "s1", l); res.Source != holdfast.SourceStale {
+		t.Fatalf("at soft: source %v, want stale from the shared tier", res.Source)
+	}
+	if shared.Calls().Gets != 2 { // the first miss, then the read at soft
+		t.Fatalf("shared gets = %d, want 2", shared.Calls().Gets)
+	}
+
+	ns2 := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{TTL: time.Minute}})
+	mustGet(t, ns2, "p1", l)
+	clk.Advance(time.Minute)
+	if res := mustGet(t, ns2, "p1", l); res.Source != holdfast.SourceShared {
+		t.Fatalf("after the hot TTL: source %v, want shared", res.Source)
+	}
+}
+
+func TestCorruptSharedBytesAreAMiss(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	shared.Put("product:p1", []byte("definitely not an envelope, and long enough to have a header"), time.Minute)
+	l := &countingLoader{}
+	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v1:p1" || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("corrupt bytes: %q from %v, want a load", res.Value, res.Source)
+	}
+	if st := ns.Stats(); st.Corrupt != 1 {
+		t.Fatalf("corrupt = %d, want 1", st.Corrupt)
+	}
+	raw, _ := shared.Raw("product:p1")
+	if _, err := holdfast.DecodeEntry(raw); err != nil {
+		t.Fatalf("the load did not replace the corrupt bytes: %v", err)
+	}
+}
+
+func TestLimiterRejectsWithoutQueueing(t *testing.T) {
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	l := &countingLoader{gate: make(chan struct{})}
+	for _, k := range []string{"a", "b"} {
+		go ns.Get(context.Background(), k, l)
+	}
+	eventually(t, "two loads", func() bool { return c.LoadsInFlight() == 2 })
+	start := time.Now()
+	_, err := ns.Get(context.Background(), "c", &countingLoader{})
+	if !errors.Is(err, holdfast.ErrOverloaded) {
+		t.Fatalf("third load: err = %v, want ErrOverloaded", err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Fatalf("rejection took %v; it must not queue", waited)
+	}
+	close(l.gate)
+	eventually(t, "the slots to free", func() bool { return c.LoadsInFlight() == 0 })
+	mustGet(t, ns, "c", &countingLoader{})
+	if st := ns.Stats(); st.Rejected != 1 || st.Overloaded != 1 {
+		t.Fatalf("rejected %d overloaded %d, want 1 and 1", st.Rejected, st.Overloaded)
+	}
+}
+
+func TestLimiterBoundedWait(t *testing.T) {
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: 5 * time.Second})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	l := &countingLoader{gate: make(chan struct{})}
+	go ns.Get(context.Background(), "a", l)
+	eventually(t, "the first load", func() bool { return c.LoadsInFlight() == 1 })
+	done := make(chan error, 1)
+	go func() { _, err := ns.Get(context.Background(), "b", &countingLoader{}); done <- err }()
+	time.Sleep(20 * time.Millisecond)
+	close(l.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("a load that may wait got %v", err)
+	}
+}
+
+func TestNamespaceLimit(t *testing.T) {
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 10})
+	ns := newNS(t, c, "list", holdfast.Policy{MaxConcurrentLoads: 1})
+	other := newNS(t, c, "product", holdfast.Policy{})
+	l := &countingLoader{gate: make(chan struct{})}
+	defer close(l.gate)
+	go ns.Get(context.Background(), "a", l)
+	eventually(t, "the first load", func() bool { return c.LoadsInFlight() == 1 })
+	if _, err := ns.Get(context.Background(), "b", &countingLoader{}); !errors.Is(err, holdfast.ErrOverloaded) {
+		t.Fatalf("namespace over its cap: err = %v, want ErrOverloaded", err)
+	}
+	mustGet(t, other, "b", &countingLoader{}) // other namespaces are not held back
+}
+
+func TestGetManyBatchesAndCoalesces(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	single := &countingLoader{}
+	mustGet(t, ns, "cached", single)
+
+	// A concurrent single-key read of "b" is in flight: GetMany joins it.
+	slow := &countingLoader{gate: make(chan struct{})}
+	go ns.Get(context.Background(), "b", slow)
+	eventually(t, "the single load", func() bool { return slow.calls.Load() == 1 })
+
+	var batches [][]string
+	var mu sync.Mutex
+	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		mu.Lock()
+		batches = append(batches, append([]string(nil), keys...))
+		mu.Unlock()
+		out := map[string][]byte{}
+		for _, k := range keys {
+			if k != "gone" {
+				out[k] = []byte("batch:" + k)
+			}
+		}
+		return out, nil
+	})
+	done := make(chan struct{})
+	var res []holdfast.Result
+	var errs []error
+	go func() {
+		defer close(done)
+		res, errs = ns.GetMany(context.Background(), []string{"cached", "a", "b", "c", "gone", "a"}, batch)
+	}()
+	eventually(t, "the batch load", func() bool { mu.Lock(); defer mu.Unlock(); return len(batches) == 1 })
+	close(slow.gate)
+	<-done
+	if len(batches) != 1 || fmt.Sprint(batches[0]) != "[a c gone]" {
+		t.Fatalf("batches = %v, want one call with [a c gone]", batches)
+	}
+	want := []string{"v1:cached", "batch:a", "v1:b", "batch:c", "", "batch:a"}
+	for i, w := range want {
+		if string(res[i].Value) != w {
+			t.Errorf("result %d = %q, want %q", i, res[i].Value, w)
+		}
+	}
+	if errs == nil || !errors.Is(errs[4], holdfast.ErrNotFound) || errs[1] != nil {
+		t.Fatalf("errs = %v, want ErrNotFound for 'gone' only", errs)
+	}
+	if shared.Calls().GetManys != 1 {
+		t.Fatalf("shared GetMany calls = %d, want 1", shared.Calls().GetManys)
+	}
+	// Everything is cached now: a second batch loads nothing.
+	res, errs = ns.GetMany(context.Background(), []string{"a", "c", "gone"}, batch)
+	if len(batches) != 1 || string(res[0].Value) != "batch:a" || !errors.Is(errs[2], holdfast.ErrNotFound) {
+		t.Fatalf("second batch: loads %d, res %q, errs %v", len(batches), res[0].Value, errs)
+	}
+}
+
+func TestOversizedKeysAndValues(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{MaxKeyBytes: 8, MaxValueBytes: 16})
+	if _, err := ns.Get(context.Background(), "much-too-long-key", &countingLoader{}); !errors.Is(err, holdfast.ErrTooLarge) {
+		t.Fatalf("long key: err = %v, want ErrTooLarge", err)
+	}
+	big := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return make([]byte, 17), nil })
+	res, err := ns.Get(context.Background(), "k", big)
+	if err != nil || len(res.Value) != 17 {
+		t.Fatalf("big value: %d bytes, err %v; want it served", len(res.Value), err)
+	}
+	if _, ok := shared.Raw("product:k"); ok {
+		t.Fatal("an oversized value was written to the shared tier")
+	}
+	if st := ns.Stats(); st.TooLarge != 2 {
+		t.Fatalf("too large = %d, want 2", st.TooLarge)
+	}
+}
+
+func TestPolicyValidation(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	for name, p := range map[string]holdfast.Policy{
+		"soft after hard": {SoftTTL: 2 * time.Second, TTL: time.Second},
+		"negative ttl":    {TTL: -time.Second},
+		"jitter 1":        {EarlyRefresh: holdfast.EarlyRefresh{Jitter: 1}},
+		"negative beta":   {EarlyRefresh: holdfast.EarlyRefresh{XFetchBeta: -1}},
+		"negative limit":  {MaxConcurrentLoads: -1},
+	} {
+		if _, err := c.Namespace("ns", p); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, bad := range []string{"", "Product", "a:b", "with space", string(make([]byte, 65))} {
+		if _, err := c.Namespace(bad, holdfast.Policy{}); err == nil {
+			t.Errorf("namespace name %q accepted", bad)
+		}
+	}
+	newNS(t, c, "ok", holdfast.Policy{})
+	if _, err := c.Namespace("ok", holdfast.Policy{}); err == nil {
+		t.Error("a duplicate namespace was accepted")
+	}
+	if _, err := holdfast.New(holdfast.Options{MaxConcurrentLoads: -1}); err == nil {
+		t.Error("negative MaxConcurrentLoads accepted")
+	}
+	if got := newNS(t, c, "defaults", holdfast.Policy{}).Policy(); got.TTL != holdfast.DefaultTTL || got.SoftTTL != got.TTL ||
+		got.NegativeTTL != holdfast.DefaultNegativeTTL || got.Hot.TTL != holdfast.DefaultHotTTL {
+		t.Errorf("zero policy did not get the defaults: %+v", got)
+	}
+}
+
+func TestCloseStopsRefreshesAndRejectsReads(t *testing.T) {
+	before := runtime.NumGoroutine()
+	clk := fakeclock.New(t0)
+	c, err := holdfast.New(holdfast.Options{Clock: clk, Shared: inmem.New(clk.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, _ := c.Namespace("stock", holdfast.Policy{SoftTTL: time.Second, TTL: time.Hour})
+	mustGet(t, ns, "s", &countingLoader{})
+	clk.Advance(2 * time.Second)
+	stuck := &countingLoader{gate: make(chan struct{})} // honours ctx only
+	for i := range 20 {
+		ns.Get(context.Background(), fmt.Sprint("k", i), holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("x"), nil }))
+	}
+	mustGet(t, ns, "s", stuck) // stale; starts a refresh that blocks
+	eventually(t, "the refresh to start", func() bool { return stuck.calls.Load() == 1 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Get(context.Background(), "new", &countingLoader{}); !errors.Is(err, holdfast.ErrClosed) {
+		t.Fatalf("after Close: err = %v, want ErrClosed", err)
+	}
+	eventually(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+func TestJitterSpreadsSoftTimes(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 10 * time.Second, TTL: 20 * time.Second, EarlyRefresh: holdfast.EarlyRefresh{Jitter: 0.5}})
+	seen := map[time.Time]bool{}
+	for i := range 50 {
+		res := mustGet(t, ns, fmt.Sprint(i), &countingLoader{})
+		if res.Soft.Before(t0.Add(5*time.Second)) || res.Soft.After(t0.Add(10*time.Second)) {
+			t.Fatalf("soft %v outside [t0+5s, t0+10s]", res.Soft.Sub(t0))
+		}
+		seen[res.Soft] = true
+	}
+	if len(seen) < 40 {
+		t.Fatalf("only %d distinct soft times in 50 entries", len(seen))
+	}
+}
+
+func TestXFetchRefreshesEarly(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: 10 * time.Second, EarlyRefresh: holdfast.EarlyRefresh{XFetchBeta: 1}})
+	// A load that "took" 1 s on the fake clock.
+	slow := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { clk.Advance(time.Second); return []byte("v"), nil })
+	mustGet(t, ns, "s", slow)
+	// Far from soft, XFetch almost never fires: P = exp(-(soft-now)/cost) = e^-8.
+	for range 50 {
+		mustGet(t, ns, "s", slow)
+	}
+	if r := ns.Stats().Refreshes; r > 1 {
+		t.Fatalf("%d early refreshes 8 load-costs before soft", r)
+	}
+	// 10 ms before soft, P ≈ 0.99 per read.
+	clk.Advance(9*time.Second - 10*time.Millisecond - clk.Now().Sub(t0.Add(time.Second)))
+	for range 20 {
+		mustGet(t, ns, "s", slow)
+	}
+	eventually(t, "an early refresh", func() bool { return ns.Stats().Refreshes >= 1 })
+}
+
+func TestTyped(t *testing.T) {
+	type product struct {
+		ID   int    `json:"id"`
+		Name string `json:"name"`
+	}
+	c := newCache(t, holdfast.Options{})
+	products := holdfast.NewTyped[product](newNS(t, c, "product", holdfast.Policy{}), nil)
+	load := func(ctx context.Context, key string) (product, error) { return product{ID: 7, Name: "kettle"}, nil }
+	for _, want := range []holdfast.Source{holdfast.SourceLoaded, holdfast.SourceHot} {
+		p, res, err := products.Get(context.Background(), "7", load)
+		if err != nil || p.Name != "kettle" || res.Source != want || string(res.Value) != `{"id":7,"name":"kettle"}` {
+			t.Fatalf("typed get: %+v %v %s %v", p, res.Source, res.Value, err)
+		}
+	}
+}

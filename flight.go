@@ -1,0 +1,142 @@
+package holdfast
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// A flight is one fetch of one key — shared-tier read, then load if needed —
+// that every concurrent reader of the key in this process waits on, so that
+// same-key misses run the loader once (seed 000: 16 concurrent misses ran the
+// loader 16 times under Spring's non-locking writer).
+//
+// A flight can publish twice: first a stale value that waiters take at once,
+// then, after the background refresh, the final outcome. Readers that join
+// after a published stale value has passed its hard time wait for the final
+// outcome instead: past hard there is one synchronous load, not a stale read.
+type flight struct {
+	first    chan struct{} // closed when firstOut is set
+	finished chan struct{} // closed when finalOut is set
+	firstOut outcome
+	finalOut outcome
+
+	// storeMu orders storing the flight's value against an invalidation of
+	// its key: Invalidate sets invalidated under storeMu, and the flight
+	// stores only while holding storeMu with invalidated false. So either
+	// the store happens wholly before the invalidation's deletes, or not at
+	// all (the "stale set" race).
+	storeMu     sync.Mutex
+	invalidated bool
+
+	published bool // set only by the flight's own goroutine
+}
+
+type outcome struct {
+	res Result
+	err error
+}
+
+func newFlight() *flight {
+	return &flight{first: make(chan struct{}), finished: make(chan struct{})}
+}
+
+// publish hands an outcome to the waiters, once. Later calls are ignored.
+func (f *flight) publish(res Result, err error) {
+	if f.published {
+		return
+	}
+	f.published = true
+	f.firstOut = outcome{res, err}
+	close(f.first)
+}
+
+// finish records the flight's final outcome, publishing it too if nothing was
+// published yet.
+func (f *flight) finish(res Result, err error) {
+	f.publish(res, err)
+	f.finalOut = outcome{res, err}
+	close(f.finished)
+}
+
+// beginStore takes the store lock and reports whether the flight may still
+// store; endStore must be called after either way.
+func (f *flight) beginStore() bool {
+	f.storeMu.Lock()
+	return !f.invalidated
+}
+
+func (f *flight) endStore() { f.storeMu.Unlock() }
+
+// flightGroup tracks the flights in progress, one per key. It is sharded so
+// that misses on different keys do not contend on one lock.
+type flightGroup struct {
+	seed   maphash.Seed
+	shards [64]flightShard
+}
+
+type flightShard struct {
+	mu sync.Mutex
+	m  map[string]*flight
+	_  [40]byte
+}
+
+func newFlightGroup() *flightGroup {
+	g := &flightGroup{seed: maphash.MakeSeed()}
+	for i := range g.shards {
+		g.shards[i].m = make(map[string]*flight)
+	}
+	return g
+}
+
+func (g *flightGroup) shard(key string) *flightShard {
+	return &g.shards[maphash.String(g.seed, key)%uint64(len(g.shards))]
+}
+
+// join returns the flight for key, starting one if there is none; leader is
+// true when the caller started it and must run it.
+func (g *flightGroup) join(key string) (f *flight, leader bool) {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if f = sh.m[key]; f != nil {
+		return f, false
+	}
+	f = newFlight()
+	sh.m[key] = f
+	return f, true
+}
+
+// has reports whether a flight for key is in progress.
+func (g *flightGroup) has(key string) bool {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[key] != nil
+}
+
+// done removes f if it is still the flight for key. An invalidation may have
+// detached it already and a newer flight may have taken its place.
+func (g *flightGroup) done(key string, f *flight) {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	if sh.m[key] == f {
+		delete(sh.m, key)
+	}
+	sh.mu.Unlock()
+}
+
+// invalidate detaches the flight for key, if any, and marks it so that it
+// stores nothing. It returns after any store the flight had begun is over.
+// Readers that arrive afterwards start a new flight.
+func (g *flightGroup) invalidate(key string) {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	f := sh.m[key]
+	delete(sh.m, key)
+	sh.mu.Unlock()
+	if f != nil {
+		f.storeMu.Lock()
+		f.invalidated = true
+		f.storeMu.Unlock()
+	}
+}

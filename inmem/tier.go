@@ -1,0 +1,169 @@
+// Package inmem is an in-memory holdfast.Tier for tests and examples: a map
+// with expiry standing in for Redis, plus switches that make it fail or stall
+// so the read path's failure handling can be tested without a network. The
+// failure tests against a real redis-server are in package redis.
+package inmem
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+)
+
+// ErrInjected is the failure returned while a Tier is set to fail.
+var ErrInjected = errors.New("inmem: injected failure")
+
+// Tier is an in-memory shared tier. The zero value is not usable; call New.
+type Tier struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	items   map[string]item
+	failing error         // returned by every call while non-nil
+	stall   chan struct{} // while non-nil, calls block until it closes or ctx ends
+	calls   Calls
+}
+
+type item struct {
+	value   []byte
+	expires time.Time
+}
+
+// Calls counts the calls a Tier received.
+type Calls struct {
+	Gets, GetManys, Sets, Deletes int
+}
+
+var _ holdfast.Tier = (*Tier)(nil)
+
+// New returns an empty Tier whose expiry follows now (time.Now when nil).
+func New(now func() time.Time) *Tier {
+	if now == nil {
+		now = time.Now
+	}
+	return &Tier{now: now, items: make(map[string]item)}
+}
+
+// Fail makes every later call return err (nil heals the tier).
+func (t *Tier) Fail(err error) {
+	t.mu.Lock()
+	t.failing = err
+	t.mu.Unlock()
+}
+
+// Stall makes every later call block until the returned function is called or
+// the call's context ends, like a frozen server that accepts requests and
+// never answers.
+func (t *Tier) Stall() (thaw func()) {
+	ch := make(chan struct{})
+	t.mu.Lock()
+	t.stall = ch
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			if t.stall == ch {
+				t.stall = nil
+			}
+			t.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// Calls returns how many calls of each kind the Tier received.
+func (t *Tier) Calls() Calls {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.calls
+}
+
+// Raw returns the bytes stored under the qualified key, for tests.
+func (t *Tier) Raw(key string) ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	it, ok := t.items[key]
+	if !ok || !t.now().Before(it.expires) {
+		return nil, false
+	}
+	return it.value, true
+}
+
+// Put stores raw bytes under the qualified key, for tests that plant corrupt
+// or foreign values.
+func (t *Tier) Put(key string, value []byte, ttl time.Duration) {
+	t.mu.Lock()
+	t.items[key] = item{append([]byte(nil), value...), t.now().Add(ttl)}
+	t.mu.Unlock()
+}
+
+// enter counts a call and applies the injected failure or stall.
+func (t *Tier) enter(ctx context.Context, count *int) error {
+	t.mu.Lock()
+	*count++
+	failing, stall := t.failing, t.stall
+	t.mu.Unlock()
+	if stall != nil {
+		select {
+		case <-stall:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if failing != nil {
+		return failing
+	}
+	return ctx.Err()
+}
+
+// Get implements holdfast.Tier.
+func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := t.enter(ctx, &t.calls.Gets); err != nil {
+		return nil, false, err
+	}
+	v, ok := t.Raw(key)
+	return v, ok, nil
+}
+
+// GetMany implements holdfast.Tier.
+func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, error) {
+	if err := t.enter(ctx, &t.calls.GetManys); err != nil {
+		return nil, err
+	}
+	out := make([]holdfast.Lookup, len(keys))
+	for i, k := range keys {
+		out[i].Value, out[i].Found = t.Raw(k)
+	}
+	return out, nil
+}
+
+// Set implements holdfast.Tier.
+func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
+	if err := t.enter(ctx, &t.calls.Sets); err != nil {
+		return err
+	}
+	for _, it := range items {
+		t.Put(it.Key, it.Value, it.TTL)
+	}
+	return nil
+}
+
+// Delete implements holdfast.Tier.
+func (t *Tier) Delete(ctx context.Context, keys ...string) error {
+	if err := t.enter(ctx, &t.calls.Deletes); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	for _, k := range keys {
+		delete(t.items, k)
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// Close implements holdfast.Tier.
+func (t *Tier) Close() error { return nil }

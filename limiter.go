@@ -1,0 +1,62 @@
+package holdfast
+
+import (
+	"context"
+	"time"
+)
+
+// limiter caps concurrent loads. By default it never queues: a load that
+// finds no free slot is rejected at once (seed 000's semaphore of 1 in front
+// of MySQL, where a rejected request got 503 immediately). A bounded wait is
+// optional.
+type limiter struct {
+	slots chan struct{}
+	wait  time.Duration
+}
+
+func newLimiter(n int, wait time.Duration) *limiter {
+	if n <= 0 {
+		return nil
+	}
+	return &limiter{slots: make(chan struct{}, n), wait: wait}
+}
+
+// acquire takes a slot, waiting at most l.wait (and never past ctx), and
+// reports whether it got one. A nil limiter always admits.
+func (l *limiter) acquire(ctx context.Context) bool {
+	if l == nil {
+		return true
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	if l.wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(l.wait)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (l *limiter) release() {
+	if l != nil {
+		<-l.slots
+	}
+}
+
+// inUse reports how many slots are taken.
+func (l *limiter) inUse() int {
+	if l == nil {
+		return 0
+	}
+	return len(l.slots)
+}

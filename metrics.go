@@ -1,0 +1,142 @@
+package holdfast
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Recorder receives measurements that need a distribution rather than a
+// count. Its methods are called on the load path (milliseconds), never on a
+// hit; they must be safe for concurrent use and must not block.
+type Recorder interface {
+	// ObserveLoad reports one loader call: its namespace, how long it took,
+	// and its outcome ("ok", "not_found", "error", "timeout", "panic").
+	ObserveLoad(namespace string, d time.Duration, outcome string)
+}
+
+// Stats is a snapshot of one namespace's counters. Every field counts events
+// since the Cache was created.
+type Stats struct {
+	HotHits           uint64 // reads answered by the hot tier
+	SharedHits        uint64 // reads answered by the shared tier (fresh or stale)
+	SharedMisses      uint64 // shared-tier reads that found nothing
+	SharedErrors      uint64 // shared-tier reads that failed or ran past the read budget
+	SharedBypassed    uint64 // shared-tier calls skipped by an open breaker (reads and writes)
+	SharedSetErrors   uint64 // failed shared-tier writes (never a failed read)
+	SharedDelErrors   uint64 // failed shared-tier deletes
+	Corrupt           uint64 // stored bytes that failed to decode; read as misses
+	Loads             uint64 // loader calls started
+	LoadErrors        uint64 // loader calls that failed, timed out or panicked
+	LoadNotFound      uint64 // loader calls that returned ErrNotFound
+	Coalesced         uint64 // reads that waited for another read's load instead of loading
+	Refreshes         uint64 // background refreshes started
+	StaleServed       uint64 // values served between soft and hard time (while revalidating)
+	StaleOnError      uint64 // values served past hard time, or from last-known-good, because fresh data could not be had
+	LocalServed       uint64 // values served from last-known-good while the shared tier was down
+	NegativeHits      uint64 // cached not-found answers served
+	Rejected          uint64 // loads rejected by the load limiter
+	Overloaded        uint64 // reads that failed with ErrOverloaded (rejected and nothing stale to serve)
+	Invalidations     uint64 // keys invalidated
+	DroppedStaleSets  uint64 // loads finished after an invalidation of their key, not stored
+	TooLarge          uint64 // keys or values refused for their size
+	HotEntries        uint64 // entries now in the hot tier (a gauge)
+	HotBytes          uint64 // bytes now in the hot tier (a gauge)
+	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
+}
+
+type event int
+
+const (
+	evHotHit event = iota
+	evSharedHit
+	evSharedMiss
+	evSharedError
+	evSharedBypassed
+	evSharedSetError
+	evSharedDelError
+	evCorrupt
+	evLoad
+	evLoadError
+	evLoadNotFound
+	evCoalesced
+	evRefresh
+	evStaleServed
+	evStaleOnError
+	evLocalServed
+	evNegativeHit
+	evRejected
+	evOverloaded
+	evInvalidation
+	evDroppedStaleSet
+	evTooLarge
+	numEvents
+)
+
+// counters are striped: each increment goes to a randomly chosen stripe of
+// its own cache lines, so that parallel hits on the same namespace (or the
+// same hot key) do not all write one cache line. Reads of a snapshot add the
+// stripes up; they are rare.
+type counters struct {
+	mask    uint32
+	stripes []stripe
+}
+
+type stripe struct {
+	v [numEvents]atomic.Uint64
+	_ [64]byte
+}
+
+func newCounters() *counters {
+	n := 2 * runtime.GOMAXPROCS(0)
+	if n > 64 {
+		n = 64
+	}
+	n = 1 << bits.Len(uint(n-1))
+	return &counters{mask: uint32(n - 1), stripes: make([]stripe, n)}
+}
+
+func (c *counters) add(e event, n uint64) {
+	// rand.Uint32 uses the runtime's per-thread generator: no lock, no
+	// shared state, a few nanoseconds.
+	c.stripes[rand.Uint32()&c.mask].v[e].Add(n)
+}
+
+func (c *counters) inc(e event) { c.add(e, 1) }
+
+func (c *counters) sum(e event) uint64 {
+	var t uint64
+	for i := range c.stripes {
+		t += c.stripes[i].v[e].Load()
+	}
+	return t
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		HotHits:          c.sum(evHotHit),
+		SharedHits:       c.sum(evSharedHit),
+		SharedMisses:     c.sum(evSharedMiss),
+		SharedErrors:     c.sum(evSharedError),
+		SharedBypassed:   c.sum(evSharedBypassed),
+		SharedSetErrors:  c.sum(evSharedSetError),
+		SharedDelErrors:  c.sum(evSharedDelError),
+		Corrupt:          c.sum(evCorrupt),
+		Loads:            c.sum(evLoad),
+		LoadErrors:       c.sum(evLoadError),
+		LoadNotFound:     c.sum(evLoadNotFound),
+		Coalesced:        c.sum(evCoalesced),
+		Refreshes:        c.sum(evRefresh),
+		StaleServed:      c.sum(evStaleServed),
+		StaleOnError:     c.sum(evStaleOnError),
+		LocalServed:      c.sum(evLocalServed),
+		NegativeHits:     c.sum(evNegativeHit),
+		Rejected:         c.sum(evRejected),
+		Overloaded:       c.sum(evOverloaded),
+		Invalidations:    c.sum(evInvalidation),
+		DroppedStaleSets: c.sum(evDroppedStaleSet),
+		TooLarge:         c.sum(evTooLarge),
+	}
+}

@@ -1,0 +1,504 @@
+package holdfast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/local"
+)
+
+// Namespace is one kind of data (product info, list pages, stock, search
+// results) with its own policy. Its keys live in the shared tier as
+// "<namespace>:<key>".
+type Namespace struct {
+	c       *Cache
+	name    string
+	prefix  string
+	p       Policy
+	hot     *local.Store[meta] // nil when the hot tier is disabled
+	lkg     *local.Store[meta] // nil when StaleIfError is 0
+	flights *flightGroup
+	limit   *limiter // this namespace's own cap, or nil
+	ctr     *counters
+}
+
+// entryOverhead approximates what one cached entry costs beyond its bytes (map
+// slot, node, key header), so byte budgets are honest for small values.
+const entryOverhead = 128
+
+func newNamespace(c *Cache, name string, p Policy) *Namespace {
+	n := &Namespace{
+		c:       c,
+		name:    name,
+		prefix:  name + ":",
+		p:       p,
+		flights: newFlightGroup(),
+		limit:   newLimiter(p.MaxConcurrentLoads, c.opts.LoadWait),
+		ctr:     newCounters(),
+	}
+	if !p.Hot.Disabled {
+		n.hot = local.New[meta](p.Hot.MaxBytes)
+	}
+	if p.StaleIfError > 0 && p.LastKnownGoodBytes > 0 {
+		n.lkg = local.New[meta](p.LastKnownGoodBytes)
+	}
+	return n
+}
+
+// Name returns the namespace's name.
+func (n *Namespace) Name() string { return n.name }
+
+// Policy returns the namespace's policy with defaults filled in.
+func (n *Namespace) Policy() Policy { return n.p }
+
+// Stats returns a snapshot of the namespace's counters.
+func (n *Namespace) Stats() Stats {
+	s := n.ctr.snapshot()
+	if n.hot != nil {
+		hs := n.hot.Stats()
+		s.HotEntries, s.HotBytes = uint64(hs.Entries), uint64(hs.Bytes)
+	}
+	if n.lkg != nil {
+		s.LastKnownGoodKeys = uint64(n.lkg.Stats().Entries)
+	}
+	return s
+}
+
+func (n *Namespace) now() int64 { return n.c.opts.Clock.Now().UnixNano() }
+
+func (n *Namespace) checkKey(key string) error {
+	if len(key) > n.p.MaxKeyBytes {
+		n.ctr.inc(evTooLarge)
+		return fmt.Errorf("holdfast: %s: key of %d bytes over the %d-byte limit: %w", n.name, len(key), n.p.MaxKeyBytes, ErrTooLarge)
+	}
+	return nil
+}
+
+// Get returns the value for key: from the hot tier, else from the shared
+// tier, else from loader, coalescing concurrent reads of the key so that
+// loader runs once. A value past its soft time is returned at once while one
+// background refresh runs; when fresh data cannot be had, a value within the
+// stale-if-error window is returned (Result.Source says which). A loader's
+// ErrNotFound is cached for NegativeTTL and returned as ErrNotFound.
+//
+// ctx bounds only this caller's wait: when it ends, Get returns ctx.Err() and
+// the load goes on for the other waiters.
+func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result, error) {
+	if err := n.checkKey(key); err != nil {
+		return Result{}, err
+	}
+	if n.hot != nil {
+		now := n.now()
+		if m, ok := n.hot.Get(key, now); ok {
+			n.ctr.inc(evHotHit)
+			if n.p.EarlyRefresh.XFetchBeta > 0 && n.xfetchDue(&m, now) {
+				n.startRefresh(key, loader, m.origin)
+			}
+			return n.served(&m, SourceHot)
+		}
+	}
+	return n.fetch(ctx, key, loader)
+}
+
+// served turns a stored entry into a read's answer.
+func (n *Namespace) served(m *meta, src Source) (Result, error) {
+	r := Result{
+		Value:  m.payload(),
+		Source: src,
+		Origin: time.Unix(0, m.origin),
+		Soft:   time.Unix(0, m.soft),
+		Hard:   time.Unix(0, m.hard),
+	}
+	if m.negative {
+		if src != SourceLoaded {
+			n.ctr.inc(evNegativeHit)
+		}
+		r.NotFound = true
+		return r, ErrNotFound
+	}
+	return r, nil
+}
+
+// xfetchDue reports whether XFetch picks this read to refresh a fresh value
+// early: now − cost·β·ln(U) ≥ soft, U uniform in (0, 1].
+func (n *Namespace) xfetchDue(m *meta, now int64) bool {
+	if m.negative || m.costUsec == 0 {
+		return false
+	}
+	u := 1 - rand.Float64() // (0, 1]
+	early := float64(m.costUsec) * 1e3 * n.p.EarlyRefresh.XFetchBeta * -math.Log(u)
+	return float64(now)+early >= float64(m.soft)
+}
+
+// fetch joins or starts the flight for key and waits for its answer.
+func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Result, error) {
+	f, leader := n.flights.join(key)
+	if leader {
+		if !n.c.goOwned(func() { n.run(f, key, loader, 0) }) {
+			n.flights.done(key, f)
+			return Result{}, ErrClosed
+		}
+	} else {
+		n.ctr.inc(evCoalesced)
+	}
+	return n.wait(ctx, f, !leader)
+}
+
+func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result, error) {
+	select {
+	case <-f.first:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	out := f.firstOut
+	// A stale value handed out while its refresh runs is past its hard time
+	// for a reader arriving late: that reader waits for the refresh, the one
+	// synchronous load allowed past hard.
+	if out.res.Source == SourceStale && n.now() >= out.res.Hard.UnixNano() {
+		select {
+		case <-f.finished:
+			out = f.finalOut
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+	out.res.Collapsed = collapsed
+	return out.res, out.err
+}
+
+// startRefresh starts a background refresh of key unless a flight for it is
+// in progress: at most one refresh per key per process.
+func (n *Namespace) startRefresh(key string, loader Loader, origin int64) {
+	f, leader := n.flights.join(key)
+	if !leader {
+		return
+	}
+	n.ctr.inc(evRefresh)
+	if !n.c.goOwned(func() { n.run(f, key, loader, origin) }) {
+		n.flights.done(key, f)
+		f.finish(Result{}, ErrClosed)
+	}
+}
+
+// run performs one flight on its own goroutine, on a context detached from
+// the callers and bounded by the load timeout. refreshOf is zero for a read,
+// or the origin time of the value a background refresh replaces.
+func (n *Namespace) run(f *flight, key string, loader Loader, refreshOf int64) {
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
+	res, err := n.resolve(ctx, f, key, loader, refreshOf)
+	// Leave the group before finishing: readers that come after find the
+	// stored value in the tiers, or start a new flight.
+	n.flights.done(key, f)
+	f.finish(res, err)
+}
+
+type tierStatus int
+
+const (
+	tierMiss tierStatus = iota
+	tierHit
+	tierDown
+)
+
+// resolve is the body of a flight: the tiers checked again, then the loader.
+func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader Loader, refreshOf int64) (Result, error) {
+	now := n.now()
+	if out, ok := n.recheckHot(key, now, refreshOf); ok {
+		return out.res, out.err
+	}
+	status := tierMiss
+	var m meta
+	if n.c.opts.Shared != nil {
+		m, status = n.sharedGet(ctx, key)
+	}
+	out, done, fallback := n.afterShared(f, key, &m, status, now, refreshOf)
+	if done {
+		return out.res, out.err
+	}
+	if !n.acquire(ctx) {
+		n.ctr.inc(evRejected)
+		return n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
+	}
+	n.ctr.inc(evLoad)
+	start := n.c.opts.Clock.Now()
+	val, err := callLoader(ctx, loader, key)
+	cost := n.c.opts.Clock.Now().Sub(start)
+	n.release()
+	n.observe(cost, err)
+	return n.loaded(ctx, f, key, val, err, start, cost, fallback, now)
+}
+
+// recheckHot checks the hot tier again inside a flight: a flight that ended
+// just before this one began may have stored the value. Refreshes skip it.
+func (n *Namespace) recheckHot(key string, now, refreshOf int64) (outcome, bool) {
+	if refreshOf != 0 || n.hot == nil {
+		return outcome{}, false
+	}
+	m, ok := n.hot.Get(key, now)
+	if !ok {
+		return outcome{}, false
+	}
+	n.ctr.inc(evHotHit)
+	res, err := n.served(&m, SourceHot)
+	return outcome{res, err}, true
+}
+
+// afterShared decides what a flight does with the shared tier's answer. done
+// means the flight has its answer; otherwise it must load, and fallback is a
+// value that stale-if-error may serve if the load fails. A stale value may
+// have been published to the readers already, the load then being its
+// refresh.
+func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatus, now, refreshOf int64) (out outcome, done bool, fallback *meta) {
+	switch status {
+	case tierHit:
+		if now < m.hard && (refreshOf == 0 || m.origin > refreshOf) {
+			n.storeLocal(f, key, m, now)
+			if now < m.soft || m.negative {
+				res, err := n.served(m, SourceShared)
+				return outcome{res, err}, true, nil
+			}
+			// Between soft and hard: answer now, refresh in this flight.
+			n.ctr.inc(evStaleServed)
+			n.ctr.inc(evRefresh)
+			res, _ := n.served(m, SourceStale)
+			f.publish(res, nil)
+		}
+		if !m.negative {
+			fallback = m
+		}
+	case tierDown:
+		if refreshOf != 0 || n.lkg == nil {
+			break
+		}
+		// The shared tier cannot answer: the last value this process saw is
+		// served while within its hard time (seed 000's decision 3), so an
+		// outage costs one load per key per hard TTL, not one per read.
+		lm, ok := n.lkg.Get(key, now)
+		if !ok || now >= lm.hard {
+			break
+		}
+		if now < lm.soft {
+			n.ctr.inc(evLocalServed)
+			res, err := n.served(&lm, SourceLocal)
+			return outcome{res, err}, true, nil
+		}
+		n.ctr.inc(evStaleServed)
+		n.ctr.inc(evRefresh)
+		res, _ := n.served(&lm, SourceStale)
+		f.publish(res, nil)
+	}
+	return outcome{}, false, fallback
+}
+
+// sharedGet reads key from the shared tier. Corrupt bytes are a miss, counted.
+func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus) {
+	v, found, err := n.c.opts.Shared.Get(ctx, n.prefix+key)
+	return n.decodeLookup(Lookup{Value: v, Found: found, Err: err})
+}
+
+func (n *Namespace) countTierError(err error, ev event) {
+	if errors.Is(err, ErrBypassed) {
+		n.ctr.inc(evSharedBypassed)
+	} else {
+		n.ctr.inc(ev)
+	}
+}
+
+// loaded stores what the loader returned and answers the flight with it.
+func (n *Namespace) loaded(ctx context.Context, f *flight, key string, val []byte, err error, start time.Time, cost time.Duration, fallback *meta, now int64) (Result, error) {
+	switch {
+	case err == nil:
+		if len(val) > n.p.MaxValueBytes {
+			// Served to this flight's readers, never cached.
+			n.ctr.inc(evTooLarge)
+			return Result{Value: val, Source: SourceLoaded, Origin: start, Soft: start, Hard: start}, nil
+		}
+		m := n.newEntry(val, start.UnixNano(), cost, false)
+		n.store(ctx, f, key, &m)
+		return n.served(&m, SourceLoaded)
+	case isNotFound(err):
+		n.ctr.inc(evLoadNotFound)
+		m := n.newEntry(nil, start.UnixNano(), cost, true)
+		n.store(ctx, f, key, &m)
+		return n.served(&m, SourceLoaded)
+	default:
+		n.ctr.inc(evLoadError)
+		return n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
+	}
+}
+
+// failed answers a read whose load failed or was rejected: with the newest
+// stale value still allowed, else with err.
+func (n *Namespace) failed(f *flight, key string, fallback *meta, now int64, err error) (Result, error) {
+	best := fallback
+	if n.lkg != nil {
+		if m, ok := n.lkg.Get(key, now); ok && (best == nil || m.origin > best.origin) {
+			best = &m
+		}
+	}
+	if best != nil && now < best.hard+int64(n.p.StaleIfError) {
+		if now < best.hard {
+			// A rejected or failed refresh keeps the value until its hard
+			// time; it is still a stale-while-revalidate answer.
+			if !f.published {
+				n.ctr.inc(evStaleServed)
+			}
+			return n.served(best, SourceStale)
+		}
+		n.ctr.inc(evStaleOnError)
+		return n.served(best, SourceStaleOnError)
+	}
+	if errors.Is(err, ErrOverloaded) {
+		n.ctr.inc(evOverloaded)
+	}
+	return Result{}, err
+}
+
+func (n *Namespace) acquire(ctx context.Context) bool {
+	if !n.limit.acquire(ctx) {
+		return false
+	}
+	if !n.c.limit.acquire(ctx) {
+		n.limit.release()
+		return false
+	}
+	return true
+}
+
+func (n *Namespace) release() {
+	n.c.limit.release()
+	n.limit.release()
+}
+
+func (n *Namespace) observe(d time.Duration, err error) {
+	rec := n.c.opts.Recorder
+	if rec == nil {
+		return
+	}
+	outcome := "ok"
+	var pe *PanicError
+	switch {
+	case err == nil:
+	case isNotFound(err):
+		outcome = "not_found"
+	case errors.As(err, &pe):
+		outcome = "panic"
+	case errors.Is(err, context.DeadlineExceeded):
+		outcome = "timeout"
+	default:
+		outcome = "error"
+	}
+	rec.ObserveLoad(n.name, d, outcome)
+}
+
+// callLoader runs the loader, turning a panic into a *PanicError so that
+// every waiter gets an error and the process lives on.
+func callLoader(ctx context.Context, loader Loader, key string) (val []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return loader.Load(ctx, key)
+}
+
+// newEntry builds the envelope for a freshly loaded value.
+func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negative bool) meta {
+	soft, hard := origin+int64(n.p.SoftTTL), origin+int64(n.p.TTL)
+	if negative {
+		soft = origin + int64(n.p.NegativeTTL)
+		hard = soft
+	} else if j := n.p.EarlyRefresh.Jitter; j > 0 {
+		soft -= int64(float64(n.p.SoftTTL) * j * rand.Float64())
+	}
+	e := Entry{Value: val, Origin: time.Unix(0, origin), Soft: time.Unix(0, soft), Hard: time.Unix(0, hard), LoadCost: cost, Negative: negative}
+	raw := AppendEntry(make([]byte, 0, envelopeHeader+len(val)), e)
+	m, _ := decodeMeta(raw) // cannot fail: just encoded
+	return m
+}
+
+// store writes a loaded entry to every tier, unless the key was invalidated
+// after the flight began.
+func (n *Namespace) store(ctx context.Context, f *flight, key string, m *meta) {
+	if !f.beginStore() {
+		f.endStore()
+		n.ctr.inc(evDroppedStaleSet)
+		return
+	}
+	defer f.endStore()
+	now := n.now()
+	n.putLocal(key, m, now)
+	if t := n.c.opts.Shared; t != nil {
+		ttl := time.Duration(m.hard - now)
+		if !m.negative {
+			// Kept past hard so that the tier itself can serve stale values
+			// when the loader fails while Redis is up.
+			ttl += n.p.StaleIfError
+		}
+		if ttl > 0 {
+			if err := t.Set(ctx, Item{Key: n.prefix + key, Value: m.raw, TTL: ttl}); err != nil {
+				n.countTierError(err, evSharedSetError)
+			}
+		}
+	}
+}
+
+// storeLocal copies an entry read from the shared tier into this process's
+// tiers, unless the key was invalidated after the flight began.
+func (n *Namespace) storeLocal(f *flight, key string, m *meta, now int64) {
+	if !f.beginStore() {
+		f.endStore()
+		n.ctr.inc(evDroppedStaleSet)
+		return
+	}
+	n.putLocal(key, m, now)
+	f.endStore()
+}
+
+func (n *Namespace) putLocal(key string, m *meta, now int64) {
+	size := int64(len(m.raw)+len(key)) + entryOverhead
+	if n.hot != nil && (n.p.Hot.Admit == nil || n.p.Hot.Admit(key)) {
+		// Never past the soft time: a hot-tier hit is always fresh.
+		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
+			n.hot.Set(key, *m, size, exp)
+		}
+	}
+	if n.lkg != nil {
+		if m.negative {
+			n.lkg.Delete(key)
+		} else {
+			n.lkg.Set(key, *m, size, m.hard+int64(n.p.StaleIfError))
+		}
+	}
+}
+
+// Invalidate removes key from this process's tiers and from the shared tier.
+// A load of key that began before Invalidate is not stored after it. The
+// local copies are dropped even when the shared tier fails; the error says
+// the shared delete failed.
+func (n *Namespace) Invalidate(ctx context.Context, key string) error {
+	if err := n.checkKey(key); err != nil {
+		return err
+	}
+	n.ctr.inc(evInvalidation)
+	n.flights.invalidate(key)
+	if n.hot != nil {
+		n.hot.Delete(key)
+	}
+	if n.lkg != nil {
+		n.lkg.Delete(key)
+	}
+	if t := n.c.opts.Shared; t != nil {
+		if err := t.Delete(ctx, n.prefix+key); err != nil {
+			n.countTierError(err, evSharedDelError)
+			return fmt.Errorf("holdfast: %s: invalidate %q in the shared tier: %w", n.name, key, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package holdfast
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime"
+	"time"
+)
+
+// Options configures a Cache. The zero value is valid: an in-process cache
+// with the defaults given beside each field.
+type Options struct {
+	// Shared is the shared tier (Redis, say). Default nil: in-process tiers
+	// only. The Cache does not close it; its owner does.
+	Shared Tier
+
+	// MaxConcurrentLoads caps loader calls running at once in this process,
+	// across namespaces (seed 000: a per-pod limit of 1 in front of the
+	// database). A load over the cap is rejected at once, never queued
+	// (unless LoadWait is set): the caller gets a stale value if one may be
+	// served, else ErrOverloaded. Default 4 × GOMAXPROCS. Set it to the
+	// number of database connections this process may spend on cache misses.
+	MaxConcurrentLoads int
+
+	// LoadWait lets a load wait this long for a free slot before it is
+	// rejected. Default 0: no queue (seed 000's choice: a queue in front of
+	// a saturated database only adds latency to the answer "no").
+	LoadWait time.Duration
+
+	// Clock tells the time. Default: the system clock. Tests inject a fake.
+	Clock Clock
+
+	// Recorder receives load latencies. Default nil: none recorded (the
+	// counters in Stats are always kept).
+	Recorder Recorder
+
+	// Logger receives rare events: loader panics, replayed invalidations.
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Policy configures one namespace. The zero value is valid and gives the
+// defaults beside each field.
+type Policy struct {
+	// TTL is the hard time to live: how long after its origin a value may be
+	// served as current. Default 1 minute.
+	TTL time.Duration
+
+	// SoftTTL is how long after its origin a value is fresh. Between SoftTTL
+	// and TTL a read returns the value at once and one background refresh per
+	// key per process runs (stale-while-revalidate). Default: equal to TTL,
+	// that is no stale-while-revalidate window.
+	SoftTTL time.Duration
+
+	// EarlyRefresh spreads refreshes before the soft time so that processes
+	// holding the same value do not all refresh it at once. Default: none.
+	EarlyRefresh EarlyRefresh
+
+	// StaleIfError is how long past its hard time a value may still be served
+	// when fresh data cannot be had: the shared tier failed and the loader
+	// failed, timed out or was rejected. Counted from the value's origin
+	// time plus TTL. Default 0: never (seed 000's windows: product info 30
+	// min, list 10 min, stock 5 s).
+	StaleIfError time.Duration
+
+	// NegativeTTL is how long a loader's ErrNotFound is remembered. Default 5
+	// seconds. Negative entries are never served stale.
+	NegativeTTL time.Duration
+
+	// LoadTimeout bounds one load, whatever its callers' contexts: the load
+	// runs on a context detached from any one caller so that a caller who
+	// leaves does not cancel it for the others. Default 5 seconds.
+	LoadTimeout time.Duration
+
+	// MaxConcurrentLoads caps this namespace's loads in addition to the
+	// cache-wide cap. Default 0: only the cache-wide cap applies.
+	MaxConcurrentLoads int
+
+	// Hot configures this namespace's in-process hot tier.
+	Hot HotPolicy
+
+	// LastKnownGoodBytes bounds the in-process store of last good values
+	// that stale-if-error serves from. Default 32 MiB when StaleIfError is
+	// set, else 0 (no store). Values are kept as encoded bytes.
+	LastKnownGoodBytes int64
+
+	// MaxValueBytes refuses loaded values larger than this with ErrTooLarge;
+	// they are returned to the callers but not cached. Default 1 MiB.
+	MaxValueBytes int
+
+	// MaxKeyBytes refuses keys longer than this with ErrTooLarge. Default
+	// 512 bytes.
+	MaxKeyBytes int
+}
+
+// HotPolicy configures a namespace's hot tier: a small in-process tier of
+// encoded bytes (seed 002: ~35% of normal traffic, up to 70% in spikes).
+type HotPolicy struct {
+	// Disabled turns the hot tier off for this namespace.
+	Disabled bool
+	// TTL is how long a value stays in the hot tier; it is never kept past
+	// the value's soft time. Default 1 minute.
+	TTL time.Duration
+	// MaxBytes bounds the tier. Default 16 MiB.
+	MaxBytes int64
+	// Admit decides which keys enter the hot tier. Default nil: every key.
+	Admit func(key string) bool
+}
+
+// EarlyRefresh chooses how refreshes are spread before the soft time.
+type EarlyRefresh struct {
+	// Jitter moves each value's soft time earlier by a random fraction, up to
+	// Jitter, of its fresh period (0 ≤ Jitter < 1). Chosen once when the
+	// value is stored, so it costs nothing on reads.
+	Jitter float64
+	// XFetchBeta, when positive, refreshes a fresh value early with the
+	// probability of XFetch (Vattani, Chierichetti, Lowenstein, VLDB 2015):
+	// at each read, refresh when now − LoadCost·β·ln(rand) ≥ soft. β = 1 is
+	// the paper's recommendation; larger refreshes earlier. Values that took
+	// longer to load are refreshed earlier.
+	XFetchBeta float64
+}
+
+// Defaults.
+const (
+	DefaultTTL                = time.Minute
+	DefaultNegativeTTL        = 5 * time.Second
+	DefaultLoadTimeout        = 5 * time.Second
+	DefaultHotTTL             = time.Minute
+	DefaultHotMaxBytes        = 16 << 20
+	DefaultLastKnownGoodBytes = 32 << 20
+	DefaultMaxValueBytes      = 1 << 20
+	DefaultMaxKeyBytes        = 512
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.MaxConcurrentLoads < 0 {
+		return o, fmt.Errorf("holdfast: MaxConcurrentLoads %d is negative", o.MaxConcurrentLoads)
+	}
+	if o.MaxConcurrentLoads == 0 {
+		o.MaxConcurrentLoads = 4 * runtime.GOMAXPROCS(0)
+	}
+	if o.LoadWait < 0 {
+		return o, fmt.Errorf("holdfast: LoadWait %v is negative", o.LoadWait)
+	}
+	if o.Clock == nil {
+		o.Clock = systemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+func (p Policy) withDefaults() (Policy, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"TTL", p.TTL}, {"SoftTTL", p.SoftTTL}, {"StaleIfError", p.StaleIfError}, {"NegativeTTL", p.NegativeTTL}, {"LoadTimeout", p.LoadTimeout}, {"Hot.TTL", p.Hot.TTL}} {
+		if d.v < 0 {
+			bad("%s %v is negative", d.name, d.v)
+		}
+	}
+	if p.TTL == 0 {
+		p.TTL = DefaultTTL
+	}
+	if p.SoftTTL == 0 {
+		p.SoftTTL = p.TTL
+	}
+	if p.SoftTTL > p.TTL {
+		bad("SoftTTL %v is longer than TTL %v", p.SoftTTL, p.TTL)
+	}
+	if p.NegativeTTL == 0 {
+		p.NegativeTTL = DefaultNegativeTTL
+	}
+	if p.LoadTimeout == 0 {
+		p.LoadTimeout = DefaultLoadTimeout
+	}
+	if j := p.EarlyRefresh.Jitter; j < 0 || j >= 1 || math.IsNaN(j) {
+		bad("EarlyRefresh.Jitter %v is outside [0, 1)", j)
+	}
+	if b := p.EarlyRefresh.XFetchBeta; b < 0 || math.IsNaN(b) || math.IsInf(b, 0) {
+		bad("EarlyRefresh.XFetchBeta %v is negative or not finite", b)
+	}
+	if p.MaxConcurrentLoads < 0 {
+		bad("MaxConcurrentLoads %d is negative", p.MaxConcurrentLoads)
+	}
+	if p.Hot.TTL == 0 {
+		p.Hot.TTL = DefaultHotTTL
+	}
+	if p.Hot.MaxBytes < 0 {
+		bad("Hot.MaxBytes %d is negative", p.Hot.MaxBytes)
+	}
+	if p.Hot.MaxBytes == 0 {
+		p.Hot.MaxBytes = DefaultHotMaxBytes
+	}
+	if p.LastKnownGoodBytes < 0 {
+		bad("LastKnownGoodBytes %d is negative", p.LastKnownGoodBytes)
+	}
+	if p.LastKnownGoodBytes == 0 && p.StaleIfError > 0 {
+		p.LastKnownGoodBytes = DefaultLastKnownGoodBytes
+	}
+	if p.MaxValueBytes < 0 || p.MaxKeyBytes < 0 {
+		bad("MaxValueBytes %d or MaxKeyBytes %d is negative", p.MaxValueBytes, p.MaxKeyBytes)
+	}
+	if p.MaxValueBytes == 0 {
+		p.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if p.MaxKeyBytes == 0 {
+		p.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if err := errors.Join(errs...); err != nil {
+		return p, fmt.Errorf("holdfast: invalid policy: %w", err)
+	}
+	return p, nil
+}
+
+// Clock tells the time. Tests inject a fake one.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }

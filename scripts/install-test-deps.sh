@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the servers the tests start for themselves, from Debian's packages,
+# when they are missing: redis-server (the Redis tier, Cluster and lab tests)
+# and PostgreSQL (the catalog store's PostgreSQL suite, run through
+# pg_ctlcluster). Nothing is started here; each test starts its own server on
+# a free loopback port and removes it afterwards.
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql-common)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	sudo=sudo
+else
+	sudo=
+fi
+echo "installing from Debian's packages: ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# The Debian package starts a redis-server on the well-known port 6379; the
+# tests never use it, so stop it rather than leave it running.
+if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop redis-server 2>/dev/null || true; fi
+$sudo service redis-server stop >/dev/null 2>&1 || true
+pkill -f 'redis-server 127.0.0.1:6379' 2>/dev/null || true

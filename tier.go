@@ -1,0 +1,55 @@
+package holdfast
+
+import (
+	"context"
+	"time"
+)
+
+// Tier is a shared cache tier: a store that several processes read and write,
+// such as Redis. It holds opaque bytes (encoded envelopes, see Entry) under
+// keys that the Cache has already qualified with the namespace, so a Tier never
+// needs to know about namespaces, codecs or expiry policy.
+//
+// A Tier reports three outcomes, never two: a hit (found == true), a miss
+// (found == false, err == nil) and a failure (err != nil). A miss is a normal
+// answer and must never be reported as an error; the read path and the
+// breakers depend on telling them apart (seed 001: a Hit/Miss wrapper with
+// exceptions reserved for Redis failures).
+//
+// A Tier that skips the call because it already knows it would fail (an open
+// breaker, an ejected node) returns an error matching ErrBypassed, so that the
+// Cache counts it as a bypass rather than a failure.
+//
+// Implementations must be safe for concurrent use, must honour ctx deadlines
+// (the Cache bounds every read by its read budget through ctx), and must not
+// keep references to the byte slices they are given after returning.
+type Tier interface {
+	// Get reads one key.
+	Get(ctx context.Context, key string) (value []byte, found bool, err error)
+	// GetMany reads many keys at once. The returned slice has one Lookup per
+	// key, in order. A non-nil error means the whole call failed; a failure
+	// of some keys only is reported per key in Lookup.Err.
+	GetMany(ctx context.Context, keys []string) ([]Lookup, error)
+	// Set writes values with a time to live. The tier should keep the value
+	// at least until ttl has passed, and may drop it earlier under memory
+	// pressure.
+	Set(ctx context.Context, items ...Item) error
+	// Delete removes keys. Deleting a missing key is not an error.
+	Delete(ctx context.Context, keys ...string) error
+	// Close releases the tier's connections and stops its goroutines.
+	Close() error
+}
+
+// Lookup is the outcome of reading one key in Tier.GetMany.
+type Lookup struct {
+	Value []byte
+	Found bool
+	Err   error
+}
+
+// Item is one key to write to a Tier.
+type Item struct {
+	Key   string
+	Value []byte
+	TTL   time.Duration
+}
