@@ -54,9 +54,9 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 			continue
 		}
 		if n.hot != nil {
-			if m, ok := n.hot.Get(key, now); ok {
+			if m := n.hot.Get(key, now); m != nil {
 				n.ctr.inc(evHotHit)
-				res, err := n.served(&m, SourceHot)
+				res, err := n.served(m, SourceHot)
 				results[i] = res
 				setErr(i, err)
 				continue
@@ -163,9 +163,9 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 		loadKeys[j] = keys[i]
 	}
 	n.ctr.add(evLoad, uint64(len(toLoad)))
-	start := n.c.opts.Clock.Now()
+	start := n.c.clock.Now()
 	vals, err := callBatchLoader(ctx, loader, loadKeys)
-	cost := n.c.opts.Clock.Now().Sub(start)
+	cost := n.c.clock.Now().Sub(start)
 	n.release()
 	n.observe(cost, err)
 	for _, i := range toLoad {

@@ -67,13 +67,22 @@ type Result struct {
 	// Collapsed is set when this read waited for another read's fetch
 	// (RFC 9211's "collapsed").
 	Collapsed bool
-	// Origin is when the value was read from the source; Soft and Hard are
-	// its expiry times (see Entry).
-	Origin, Soft, Hard time.Time
+	// origin, soft and hard are Unix nanoseconds: a hit copies three words,
+	// not three time.Time values.
+	origin, soft, hard int64
 }
 
+// Origin is when the value was read from the source (see Entry).
+func (r Result) Origin() time.Time { return time.Unix(0, r.origin) }
+
+// Soft is when the value stops being fresh.
+func (r Result) Soft() time.Time { return time.Unix(0, r.soft) }
+
+// Hard is when the value may no longer be served as current.
+func (r Result) Hard() time.Time { return time.Unix(0, r.hard) }
+
 // Age is how long before now the value was read from the source.
-func (r Result) Age(now time.Time) time.Duration { return now.Sub(r.Origin) }
+func (r Result) Age(now time.Time) time.Duration { return time.Duration(now.UnixNano() - r.origin) }
 
 // Stale reports whether the value was served past its soft time.
 func (r Result) Stale() bool { return r.Source == SourceStale || r.Source == SourceStaleOnError }
@@ -81,12 +90,15 @@ func (r Result) Stale() bool { return r.Source == SourceStale || r.Source == Sou
 // Cache is a read-through cache of namespaces. Create one with New; it is safe
 // for concurrent use. Close stops its background refreshes.
 type Cache struct {
-	opts    Options
-	limit   *limiter
-	ctx     context.Context // parent of every load; cancelled by Close
-	cancel  context.CancelFunc
-	loads   sync.WaitGroup // flights and refreshes in progress
-	closing sync.Once
+	opts       Options
+	clock      Clock        // opts.Clock, or the system clock
+	coarse     *coarseClock // non-nil when opts.Clock is nil
+	limit      *limiter
+	ctx        context.Context // parent of every load; cancelled by Close
+	cancel     context.CancelFunc
+	loads      sync.WaitGroup // flights and refreshes in progress
+	closing    sync.Once
+	closeClock sync.Once
 
 	mu         sync.Mutex
 	namespaces map[string]*Namespace
@@ -100,13 +112,28 @@ func New(opts Options) (*Cache, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Cache{
+	c := &Cache{
 		opts:       opts,
+		clock:      opts.Clock,
 		limit:      newLimiter(opts.MaxConcurrentLoads, opts.LoadWait),
 		ctx:        ctx,
 		cancel:     cancel,
 		namespaces: make(map[string]*Namespace),
-	}, nil
+	}
+	if c.clock == nil {
+		c.clock = systemClock{}
+		c.coarse = startCoarseClock()
+	}
+	return c, nil
+}
+
+// now returns the time in Unix nanoseconds for expiry decisions: the coarse
+// clock's word, or the injected clock.
+func (c *Cache) now() int64 {
+	if c.coarse != nil {
+		return c.coarse.now.Load()
+	}
+	return c.clock.Now().UnixNano()
 }
 
 // Namespace creates the namespace name with policy p. Names are 1 to 64
@@ -190,6 +217,9 @@ func (c *Cache) Close() error {
 		c.cancel()
 	})
 	c.loads.Wait()
+	if c.coarse != nil {
+		c.closeClock.Do(c.coarse.close)
+	}
 	return nil
 }
 

@@ -662,10 +662,10 @@ func TestJitterSpreadsSoftTimes(t *testing.T) {
 	seen := map[time.Time]bool{}
 	for i := range 50 {
 		res := mustGet(t, ns, fmt.Sprint(i), &countingLoader{})
-		if res.Soft.Before(t0.Add(5*time.Second)) || res.Soft.After(t0.Add(10*time.Second)) {
-			t.Fatalf("soft %v outside [t0+5s, t0+10s]", res.Soft.Sub(t0))
+		if res.Soft().Before(t0.Add(5*time.Second)) || res.Soft().After(t0.Add(10*time.Second)) {
+			t.Fatalf("soft %v outside [t0+5s, t0+10s]", res.Soft().Sub(t0))
 		}
-		seen[res.Soft] = true
+		seen[res.Soft()] = true
 	}
 	if len(seen) < 40 {
 		t.Fatalf("only %d distinct soft times in 50 entries", len(seen))

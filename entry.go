@@ -108,6 +108,7 @@ func DecodeEntry(b []byte) (Entry, error) {
 // in-process tiers answer a hit without decoding or copying anything.
 type meta struct {
 	raw      []byte // the whole envelope
+	value    []byte // raw's payload
 	origin   int64
 	soft     int64
 	hard     int64
@@ -115,11 +116,9 @@ type meta struct {
 	negative bool
 }
 
-func (m *meta) payload() []byte { return m.raw[envelopeHeader:] }
-
 func (m *meta) entry() Entry {
 	return Entry{
-		Value:    m.payload(),
+		Value:    m.value,
 		Origin:   time.Unix(0, m.origin),
 		Soft:     time.Unix(0, m.soft),
 		Hard:     time.Unix(0, m.hard),
@@ -151,6 +150,7 @@ func decodeMeta(b []byte) (meta, error) {
 	}
 	m := meta{
 		raw:      b,
+		value:    b[envelopeHeader:],
 		origin:   int64(binary.BigEndian.Uint64(b[4:12])),
 		soft:     int64(binary.BigEndian.Uint64(b[12:20])),
 		hard:     int64(binary.BigEndian.Uint64(b[20:28])),

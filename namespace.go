@@ -69,7 +69,7 @@ func (n *Namespace) Stats() Stats {
 	return s
 }
 
-func (n *Namespace) now() int64 { return n.c.opts.Clock.Now().UnixNano() }
+func (n *Namespace) now() int64 { return n.c.now() }
 
 func (n *Namespace) checkKey(key string) error {
 	if len(key) > n.p.MaxKeyBytes {
@@ -94,12 +94,16 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 	}
 	if n.hot != nil {
 		now := n.now()
-		if m, ok := n.hot.Get(key, now); ok {
+		if m := n.hot.Get(key, now); m != nil {
 			n.ctr.inc(evHotHit)
-			if n.p.EarlyRefresh.XFetchBeta > 0 && n.xfetchDue(&m, now) {
+			if n.p.EarlyRefresh.XFetchBeta > 0 && n.xfetchDue(m, now) {
 				n.startRefresh(key, loader, m.origin)
 			}
-			return n.served(&m, SourceHot)
+			if !m.negative {
+				// served, spelled out: the call did not inline.
+				return Result{Value: m.value, Source: SourceHot, origin: m.origin, soft: m.soft, hard: m.hard}, nil
+			}
+			return n.servedNegative(m, SourceHot)
 		}
 	}
 	return n.fetch(ctx, key, loader)
@@ -107,21 +111,17 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 
 // served turns a stored entry into a read's answer.
 func (n *Namespace) served(m *meta, src Source) (Result, error) {
-	r := Result{
-		Value:  m.payload(),
-		Source: src,
-		Origin: time.Unix(0, m.origin),
-		Soft:   time.Unix(0, m.soft),
-		Hard:   time.Unix(0, m.hard),
-	}
 	if m.negative {
-		if src != SourceLoaded {
-			n.ctr.inc(evNegativeHit)
-		}
-		r.NotFound = true
-		return r, ErrNotFound
+		return n.servedNegative(m, src)
 	}
-	return r, nil
+	return Result{Value: m.value, Source: src, origin: m.origin, soft: m.soft, hard: m.hard}, nil
+}
+
+func (n *Namespace) servedNegative(m *meta, src Source) (Result, error) {
+	if src != SourceLoaded {
+		n.ctr.inc(evNegativeHit)
+	}
+	return Result{Source: src, NotFound: true, origin: m.origin, soft: m.soft, hard: m.hard}, ErrNotFound
 }
 
 // xfetchDue reports whether XFetch picks this read to refresh a fresh value
@@ -159,7 +159,7 @@ func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result
 	// A stale value handed out while its refresh runs is past its hard time
 	// for a reader arriving late: that reader waits for the refresh, the one
 	// synchronous load allowed past hard.
-	if out.res.Source == SourceStale && n.now() >= out.res.Hard.UnixNano() {
+	if out.res.Source == SourceStale && n.now() >= out.res.hard {
 		select {
 		case <-f.finished:
 			out = f.finalOut
@@ -226,9 +226,9 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 		return n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
 	}
 	n.ctr.inc(evLoad)
-	start := n.c.opts.Clock.Now()
+	start := n.c.clock.Now()
 	val, err := callLoader(ctx, loader, key)
-	cost := n.c.opts.Clock.Now().Sub(start)
+	cost := n.c.clock.Now().Sub(start)
 	n.release()
 	n.observe(cost, err)
 	return n.loaded(ctx, f, key, val, err, start, cost, fallback, now)
@@ -240,12 +240,12 @@ func (n *Namespace) recheckHot(key string, now, refreshOf int64) (outcome, bool)
 	if refreshOf != 0 || n.hot == nil {
 		return outcome{}, false
 	}
-	m, ok := n.hot.Get(key, now)
-	if !ok {
+	m := n.hot.Get(key, now)
+	if m == nil {
 		return outcome{}, false
 	}
 	n.ctr.inc(evHotHit)
-	res, err := n.served(&m, SourceHot)
+	res, err := n.served(m, SourceHot)
 	return outcome{res, err}, true
 }
 
@@ -279,18 +279,18 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 		// The shared tier cannot answer: the last value this process saw is
 		// served while within its hard time (seed 000's decision 3), so an
 		// outage costs one load per key per hard TTL, not one per read.
-		lm, ok := n.lkg.Get(key, now)
-		if !ok || now >= lm.hard {
+		lm := n.lkg.Get(key, now)
+		if lm == nil || now >= lm.hard {
 			break
 		}
 		if now < lm.soft {
 			n.ctr.inc(evLocalServed)
-			res, err := n.served(&lm, SourceLocal)
+			res, err := n.served(lm, SourceLocal)
 			return outcome{res, err}, true, nil
 		}
 		n.ctr.inc(evStaleServed)
 		n.ctr.inc(evRefresh)
-		res, _ := n.served(&lm, SourceStale)
+		res, _ := n.served(lm, SourceStale)
 		f.publish(res, nil)
 	}
 	return outcome{}, false, fallback
@@ -317,7 +317,8 @@ func (n *Namespace) loaded(ctx context.Context, f *flight, key string, val []byt
 		if len(val) > n.p.MaxValueBytes {
 			// Served to this flight's readers, never cached.
 			n.ctr.inc(evTooLarge)
-			return Result{Value: val, Source: SourceLoaded, Origin: start, Soft: start, Hard: start}, nil
+			t := start.UnixNano()
+			return Result{Value: val, Source: SourceLoaded, origin: t, soft: t, hard: t}, nil
 		}
 		m := n.newEntry(val, start.UnixNano(), cost, false)
 		n.store(ctx, f, key, &m)
@@ -338,8 +339,8 @@ func (n *Namespace) loaded(ctx context.Context, f *flight, key string, val []byt
 func (n *Namespace) failed(f *flight, key string, fallback *meta, now int64, err error) (Result, error) {
 	best := fallback
 	if n.lkg != nil {
-		if m, ok := n.lkg.Get(key, now); ok && (best == nil || m.origin > best.origin) {
-			best = &m
+		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {
+			best = m
 		}
 	}
 	if best != nil && now < best.hard+int64(n.p.StaleIfError) {

@@ -1,0 +1,260 @@
+// Package bench compares holdfast with other Go caches in one run. It is its
+// own module so that users of holdfast never download the peers.
+//
+//	cd bench && go test -run '^$' -bench . -benchmem -count 6 | tee new.txt
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/holdfast-dev/holdfast"
+	"github.com/maypok86/otter/v2"
+	"github.com/viccon/sturdyc"
+)
+
+const (
+	hitKeys   = 1024
+	valueSize = 512
+)
+
+func keys(n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = "product:" + strconv.Itoa(i)
+	}
+	return ks
+}
+
+func value() []byte {
+	v := make([]byte, valueSize)
+	for i := range v {
+		v[i] = byte('a' + i%26)
+	}
+	return v
+}
+
+// keyIndexes is a fixed random walk over the keys, so each sub-benchmark
+// reads the same keys in the same order and the generator costs nothing.
+var keyIndexes = func() []uint32 {
+	r := rand.New(rand.NewPCG(1, 2))
+	idx := make([]uint32, 1<<16)
+	for i := range idx {
+		idx[i] = uint32(r.IntN(hitKeys))
+	}
+	return idx
+}()
+
+// BenchmarkGetHit measures a hit in process memory, 64 goroutines per core
+// not needed: RunParallel uses GOMAXPROCS goroutines, each walking the keys
+// from its own offset. otter's GetIfPresent is the floor.
+func BenchmarkGetHit(b *testing.B) {
+	ks, v := keys(hitKeys), value()
+	b.Run("holdfast", func(b *testing.B) {
+		c, err := holdfast.New(holdfast.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour})
+		load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return v, nil })
+		for _, k := range ks {
+			if _, err := ns.Get(context.Background(), k, load); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ctx := context.Background()
+		var seed atomic.Uint32
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := seed.Add(7919)
+			for pb.Next() {
+				res, err := ns.Get(ctx, ks[keyIndexes[i&0xffff]], load)
+				if err != nil || res.Source != holdfast.SourceHot {
+					b.Fatalf("hit: %v %v", res.Source, err)
+				}
+				i++
+			}
+		})
+	})
+	b.Run("otter", func(b *testing.B) {
+		c := otter.Must(&otter.Options[string, []byte]{MaximumSize: 10 * hitKeys})
+		for _, k := range ks {
+			c.Set(k, v)
+		}
+		var seed atomic.Uint32
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := seed.Add(7919)
+			for pb.Next() {
+				if _, ok := c.GetIfPresent(ks[keyIndexes[i&0xffff]]); !ok {
+					b.Fatal("miss")
+				}
+				i++
+			}
+		})
+	})
+	b.Run("ristretto", func(b *testing.B) {
+		c, err := ristretto.NewCache(&ristretto.Config[string, []byte]{NumCounters: 100 * hitKeys, MaxCost: 1 << 30, BufferItems: 64})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		for _, k := range ks {
+			c.Set(k, v, 1)
+		}
+		c.Wait()
+		var seed atomic.Uint32
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := seed.Add(7919)
+			for pb.Next() {
+				c.Get(ks[keyIndexes[i&0xffff]])
+				i++
+			}
+		})
+	})
+	b.Run("sturdyc", func(b *testing.B) {
+		c := sturdyc.New[[]byte](10*hitKeys, 16, time.Hour, 10)
+		fetch := func(context.Context) ([]byte, error) { return v, nil }
+		ctx := context.Background()
+		for _, k := range ks {
+			c.GetOrFetch(ctx, k, fetch)
+		}
+		var seed atomic.Uint32
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := seed.Add(7919)
+			for pb.Next() {
+				if _, err := c.GetOrFetch(ctx, ks[keyIndexes[i&0xffff]], fetch); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	})
+}
+
+// BenchmarkStampede: 1,000 goroutines miss one cold key at once; the loader
+// takes 1 ms. loads/op is how many times the loader ran per stampede:
+// holdfast must report 1; naive cache-aside runs it once per goroutine that
+// missed before the first load finished.
+func BenchmarkStampede(b *testing.B) {
+	const readers = 1000
+	v := value()
+	b.Run("holdfast", func(b *testing.B) {
+		c, err := holdfast.New(holdfast.Options{MaxConcurrentLoads: readers})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour})
+		var loads atomic.Int64
+		load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+			loads.Add(1)
+			time.Sleep(time.Millisecond)
+			return v, nil
+		})
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			key := "cold:" + strconv.Itoa(i)
+			stampede(readers, func() {
+				if _, err := ns.Get(context.Background(), key, load); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		b.ReportMetric(float64(loads.Load())/float64(b.N), "loads/op")
+	})
+	b.Run("naive", func(b *testing.B) {
+		var (
+			mu    sync.RWMutex
+			cache = map[string][]byte{}
+			loads atomic.Int64
+		)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			key := "cold:" + strconv.Itoa(i)
+			stampede(readers, func() {
+				mu.RLock()
+				_, ok := cache[key]
+				mu.RUnlock()
+				if ok {
+					return
+				}
+				loads.Add(1)
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				cache[key] = v
+				mu.Unlock()
+			})
+		}
+		b.ReportMetric(float64(loads.Load())/float64(b.N), "loads/op")
+	})
+}
+
+// stampede starts n goroutines that wait on one gate, opens it, and waits
+// for them all.
+func stampede(n int, read func()) {
+	var ready, done sync.WaitGroup
+	gate := make(chan struct{})
+	ready.Add(n)
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gate
+			read()
+		}()
+	}
+	ready.Wait()
+	close(gate)
+	done.Wait()
+}
+
+// BenchmarkMissLoad is the cost of holdfast's miss path (flight, limiter,
+// envelope, stores) over calling the loader directly, with an instant
+// loader and no shared tier. Every iteration reads a key never seen.
+func BenchmarkMissLoad(b *testing.B) {
+	v := value()
+	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return v, nil })
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := load.Load(context.Background(), "k"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("holdfast", func(b *testing.B) {
+		c, err := holdfast.New(holdfast.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: 64 << 20}})
+		ks := make([]string, b.N)
+		for i := range ks {
+			ks[i] = fmt.Sprint("miss:", i)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := ns.Get(context.Background(), ks[i], load); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,113 @@
+package local
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+func TestGetSetExpiry(t *testing.T) {
+	s := New[string](1 << 20)
+	s.Set("a", "A", 10, 100)
+	if v := s.Get("a", 99); v == nil || *v != "A" {
+		t.Fatalf("Get before expiry = %v", v)
+	}
+	if v := s.Get("a", 100); v != nil {
+		t.Fatalf("Get at expiry = %q, want nil", *v)
+	}
+	s.Set("a", "B", 10, 200)
+	if v := s.Get("a", 150); v == nil || *v != "B" {
+		t.Fatalf("Get after replace = %v", v)
+	}
+	if st := s.Stats(); st.Entries != 1 || st.Bytes != 10 {
+		t.Fatalf("stats after replace = %+v, want 1 entry of 10 bytes", st)
+	}
+	s.Delete("a")
+	if v := s.Get("a", 0); v != nil {
+		t.Fatal("Get after Delete found a value")
+	}
+	if st := s.Stats(); st.Entries != 0 || st.Bytes != 0 {
+		t.Fatalf("stats after delete = %+v", st)
+	}
+}
+
+func TestBoundedInBytes(t *testing.T) {
+	s := New[int](64 * 1024)
+	for i := range 10_000 {
+		s.Set(fmt.Sprint(i), i, 100, 1<<62)
+	}
+	st := s.Stats()
+	if st.Bytes > 64*1024 {
+		t.Fatalf("holds %d bytes, over the 64 KiB bound", st.Bytes)
+	}
+	if st.Evicted == 0 || st.Entries == 0 || uint64(st.Entries)+st.Evicted != 10_000 {
+		t.Fatalf("stats %+v: entries + evicted must be the 10,000 sets", st)
+	}
+	if s.Set("too-big", 0, 1<<20, 1<<62) {
+		t.Fatal("Set accepted a value larger than a shard's share")
+	}
+	if v := s.Get("too-big", 0); v != nil {
+		t.Fatal("a value larger than a shard's share was stored")
+	}
+}
+
+// A key read since the CLOCK hand last passed survives an eviction that
+// takes an unread key inserted after it.
+func TestSecondChance(t *testing.T) {
+	s := New[int](0)
+	sh := &s.shards[0]
+	sh.maxBytes = 300
+	// Force every key into shard 0 by using the shard directly through Set
+	// with keys that hash there.
+	var keys []string
+	for i := 0; len(keys) < 4; i++ {
+		k := fmt.Sprint("k", i)
+		if s.shard(k) == sh {
+			keys = append(keys, k)
+		}
+	}
+	s.Set(keys[0], 0, 100, 1<<62)
+	s.Set(keys[1], 1, 100, 1<<62)
+	s.Set(keys[2], 2, 100, 1<<62)
+	s.Get(keys[0], 0) // referenced
+	s.Set(keys[3], 3, 100, 1<<62)
+	if s.Get(keys[0], 0) == nil {
+		t.Fatal("the referenced entry was evicted")
+	}
+	if s.Get(keys[1], 0) != nil {
+		t.Fatal("the oldest unreferenced entry survived")
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	s := New[int](1 << 16)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5_000 {
+				k := fmt.Sprint((i * (g + 1)) % 500)
+				switch i % 4 {
+				case 0:
+					s.Set(k, i, 64, int64(i+1000))
+				case 1:
+					s.Delete(k)
+				default:
+					if v := s.Get(k, int64(i)); v != nil && *v < 0 {
+						t.Error("impossible value")
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := s.Stats()
+	if st.Bytes != int64(st.Entries)*64 {
+		t.Fatalf("byte count %d does not match %d entries of 64 bytes", st.Bytes, st.Entries)
+	}
+	s.Clear()
+	if st := s.Stats(); st.Entries != 0 || st.Bytes != 0 {
+		t.Fatalf("after Clear: %+v", st)
+	}
+}
