@@ -1,0 +1,132 @@
+// Package prometheus exports a holdfast.Cache's counters and load latencies
+// as Prometheus metrics.
+//
+// The counters are not updated on the read path: the Exporter reads
+// Cache.Stats at scrape time and reports them as constant metrics, so a hit
+// costs no Prometheus call at all. Only load latency, which needs a histogram,
+// is observed as it happens, through holdfast.Recorder, on the load path.
+//
+//	exp := prometheus.NewExporter()
+//	cache, _ := holdfast.New(holdfast.Options{Recorder: exp})
+//	exp.Watch(cache)
+//	registry.MustRegister(exp)
+package prometheus
+
+import (
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	prom "github.com/prometheus/client_golang/prometheus"
+)
+
+// Exporter is a prometheus.Collector for one holdfast.Cache and the
+// holdfast.Recorder that feeds its load-latency histogram.
+type Exporter struct {
+	loadSeconds *prom.HistogramVec
+	inFlight    *prom.Desc
+
+	mu    sync.Mutex
+	cache *holdfast.Cache
+}
+
+var (
+	_ prom.Collector    = (*Exporter)(nil)
+	_ holdfast.Recorder = (*Exporter)(nil)
+)
+
+// metric is one holdfast.Stats field as a Prometheus metric.
+type metric struct {
+	desc  *prom.Desc
+	kind  prom.ValueType
+	value func(holdfast.Stats) uint64
+}
+
+func counter(name, help string, v func(holdfast.Stats) uint64) metric {
+	return metric{prom.NewDesc("holdfast_"+name, help, []string{"namespace"}, nil), prom.CounterValue, v}
+}
+
+func gauge(name, help string, v func(holdfast.Stats) uint64) metric {
+	return metric{prom.NewDesc("holdfast_"+name, help, []string{"namespace"}, nil), prom.GaugeValue, v}
+}
+
+// metrics lists every field of holdfast.Stats; the README's metrics table
+// is this list.
+var metrics = []metric{
+	counter("hot_hits_total", "Reads answered by the in-process hot tier.", func(s holdfast.Stats) uint64 { return s.HotHits }),
+	counter("shared_hits_total", "Shared-tier reads that found a value (fresh or stale).", func(s holdfast.Stats) uint64 { return s.SharedHits }),
+	counter("shared_misses_total", "Shared-tier reads that found nothing (corrupt entries included).", func(s holdfast.Stats) uint64 { return s.SharedMisses }),
+	counter("shared_errors_total", "Shared-tier reads that failed or ran past the read budget.", func(s holdfast.Stats) uint64 { return s.SharedErrors }),
+	counter("shared_bypassed_total", "Shared-tier calls skipped because the tier's breaker was open.", func(s holdfast.Stats) uint64 { return s.SharedBypassed }),
+	counter("shared_set_errors_total", "Failed shared-tier writes; they never fail a read.", func(s holdfast.Stats) uint64 { return s.SharedSetErrors }),
+	counter("shared_delete_errors_total", "Failed shared-tier deletes (invalidations).", func(s holdfast.Stats) uint64 { return s.SharedDelErrors }),
+	counter("corrupt_entries_total", "Stored bytes that failed to decode and were read as misses.", func(s holdfast.Stats) uint64 { return s.Corrupt }),
+	counter("loads_total", "Loader calls started.", func(s holdfast.Stats) uint64 { return s.Loads }),
+	counter("load_errors_total", "Loader calls that failed, timed out or panicked.", func(s holdfast.Stats) uint64 { return s.LoadErrors }),
+	counter("load_not_found_total", "Loader calls that returned not found (then cached as negative entries).", func(s holdfast.Stats) uint64 { return s.LoadNotFound }),
+	counter("coalesced_total", "Reads that waited for another read's fetch instead of loading.", func(s holdfast.Stats) uint64 { return s.Coalesced }),
+	counter("refreshes_total", "Background refreshes started (stale-while-revalidate and early refresh).", func(s holdfast.Stats) uint64 { return s.Refreshes }),
+	counter("stale_served_total", "Values served between their soft and hard time while a refresh ran.", func(s holdfast.Stats) uint64 { return s.StaleServed }),
+	counter("stale_on_error_total", "Values served past their hard time because fresh data could not be had.", func(s holdfast.Stats) uint64 { return s.StaleOnError }),
+	counter("local_served_total", "Values served from last-known-good while the shared tier was failing.", func(s holdfast.Stats) uint64 { return s.LocalServed }),
+	counter("negative_hits_total", "Cached not-found answers served.", func(s holdfast.Stats) uint64 { return s.NegativeHits }),
+	counter("load_rejected_total", "Loads rejected by the load limiter.", func(s holdfast.Stats) uint64 { return s.Rejected }),
+	counter("overloaded_total", "Reads that failed with ErrOverloaded: rejected, nothing stale to serve.", func(s holdfast.Stats) uint64 { return s.Overloaded }),
+	counter("invalidations_total", "Keys invalidated.", func(s holdfast.Stats) uint64 { return s.Invalidations }),
+	counter("dropped_stale_sets_total", "Loads that finished after their key was invalidated and were not stored.", func(s holdfast.Stats) uint64 { return s.DroppedStaleSets }),
+	counter("too_large_total", "Keys or values refused for their size.", func(s holdfast.Stats) uint64 { return s.TooLarge }),
+	gauge("hot_entries", "Entries in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotEntries }),
+	gauge("hot_bytes", "Bytes in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotBytes }),
+	gauge("last_known_good_entries", "Entries in the last-known-good store.", func(s holdfast.Stats) uint64 { return s.LastKnownGoodKeys }),
+}
+
+// NewExporter returns an Exporter. Pass it as holdfast.Options.Recorder,
+// then call Watch with the cache and register it.
+func NewExporter() *Exporter {
+	return &Exporter{
+		loadSeconds: prom.NewHistogramVec(prom.HistogramOpts{
+			Name: "holdfast_load_duration_seconds",
+			Help: "Loader call latency by namespace and outcome (ok, not_found, error, timeout, panic).",
+			// From a fast primary-key read to the default 5 s load timeout.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"namespace", "outcome"}),
+		inFlight: prom.NewDesc("holdfast_loads_in_flight", "Loader calls holding a slot of the cache-wide load limit.", nil, nil),
+	}
+}
+
+// Watch sets the cache whose counters the Exporter reports.
+func (e *Exporter) Watch(c *holdfast.Cache) {
+	e.mu.Lock()
+	e.cache = c
+	e.mu.Unlock()
+}
+
+// ObserveLoad implements holdfast.Recorder.
+func (e *Exporter) ObserveLoad(namespace string, d time.Duration, outcome string) {
+	e.loadSeconds.WithLabelValues(namespace, outcome).Observe(d.Seconds())
+}
+
+// Describe implements prometheus.Collector.
+func (e *Exporter) Describe(ch chan<- *prom.Desc) {
+	for _, m := range metrics {
+		ch <- m.desc
+	}
+	ch <- e.inFlight
+	e.loadSeconds.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (e *Exporter) Collect(ch chan<- prom.Metric) {
+	e.mu.Lock()
+	c := e.cache
+	e.mu.Unlock()
+	if c != nil {
+		for ns, st := range c.Stats() {
+			for _, m := range metrics {
+				ch <- prom.MustNewConstMetric(m.desc, m.kind, float64(m.value(st)), ns)
+			}
+		}
+		ch <- prom.MustNewConstMetric(e.inFlight, prom.GaugeValue, float64(c.LoadsInFlight()))
+	}
+	e.loadSeconds.Collect(ch)
+}

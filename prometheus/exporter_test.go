@@ -1,0 +1,66 @@
+package prometheus
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast"
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestEveryStatsFieldIsExported(t *testing.T) {
+	if got, want := len(metrics), reflect.TypeOf(holdfast.Stats{}).NumField(); got != want {
+		t.Fatalf("%d metrics for %d Stats fields", got, want)
+	}
+	// Each accessor reads a different field.
+	var s holdfast.Stats
+	v := reflect.ValueOf(&s).Elem()
+	for i := range v.NumField() {
+		v.Field(i).SetUint(uint64(i + 1))
+	}
+	seen := map[uint64]bool{}
+	for _, m := range metrics {
+		seen[m.value(s)] = true
+	}
+	if len(seen) != len(metrics) {
+		t.Fatalf("two metrics read the same Stats field")
+	}
+}
+
+func TestExporterReportsCounters(t *testing.T) {
+	exp := NewExporter()
+	c, err := holdfast.New(holdfast.Options{Recorder: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	exp.Watch(c)
+	ns, _ := c.Namespace("product", holdfast.Policy{})
+	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
+	for range 3 {
+		if _, err := ns.Get(context.Background(), "p1", load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prom.NewPedanticRegistry()
+	if err := reg.Register(exp); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP holdfast_hot_hits_total Reads answered by the in-process hot tier.
+# TYPE holdfast_hot_hits_total counter
+holdfast_hot_hits_total{namespace="product"} 2
+# HELP holdfast_loads_total Loader calls started.
+# TYPE holdfast_loads_total counter
+holdfast_loads_total{namespace="product"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_hot_hits_total", "holdfast_loads_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(exp, "holdfast_load_duration_seconds"); n != 1 {
+		t.Fatalf("load latency series = %d, want 1", n)
+	}
+}
