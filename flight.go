@@ -106,14 +106,6 @@ func (g *flightGroup) join(key string) (f *flight, leader bool) {
 	return f, true
 }
 
-// has reports whether a flight for key is in progress.
-func (g *flightGroup) has(key string) bool {
-	sh := g.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.m[key] != nil
-}
-
 // done removes f if it is still the flight for key. An invalidation may have
 // detached it already and a newer flight may have taken its place.
 func (g *flightGroup) done(key string, f *flight) {

@@ -330,6 +330,9 @@ func (n *Namespace) loaded(ctx context.Context, f *flight, key string, val []byt
 		return n.served(&m, SourceLoaded)
 	default:
 		n.ctr.inc(evLoadError)
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))
+		}
 		return n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
 	}
 }
