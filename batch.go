@@ -132,7 +132,7 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 				n.ctr.inc(evSharedError)
 				statuses[i] = tierDown
 			default:
-				metas[i], statuses[i] = n.decodeLookup(lookups[j])
+				metas[i], statuses[i] = n.decodeLookup(keys[i], lookups[j])
 			}
 		}
 	}
@@ -183,13 +183,14 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 	}
 }
 
-// decodeLookup classifies one key of a shared-tier batch read.
-func (n *Namespace) decodeLookup(l Lookup) (meta, tierStatus) {
+// decodeLookup classifies the shared tier's answer for key. A key whose
+// invalidation has not reached the tier yet reads as a miss.
+func (n *Namespace) decodeLookup(key string, l Lookup) (meta, tierStatus) {
 	switch {
 	case l.Err != nil:
 		n.countTierError(l.Err, evSharedError)
 		return meta{}, tierDown
-	case !l.Found:
+	case !l.Found || n.pending.has(key):
 		n.ctr.inc(evSharedMiss)
 		return meta{}, tierMiss
 	}

@@ -124,6 +124,9 @@ func New(opts Options) (*Cache, error) {
 		c.clock = systemClock{}
 		c.coarse = startCoarseClock()
 	}
+	if opts.Shared != nil {
+		c.goOwned(c.replayInvalidations)
+	}
 	return c, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -152,7 +154,7 @@ func TestWaiterLeavesOnItsOwnContext(t *testing.T) {
 }
 
 func TestLoaderPanicBecomesErrorForEveryWaiter(t *testing.T) {
-	c := newCache(t, holdfast.Options{})
+	c := newCache(t, holdfast.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	gate := make(chan struct{})
 	var calls atomic.Int64
@@ -412,16 +414,43 @@ func TestInvalidateRemovesEveryTier(t *testing.T) {
 	if _, err := ns.Get(context.Background(), "p1", &countingLoader{err: errors.New("db down")}); err == nil {
 		t.Fatal("an invalidated value was served from last-known-good")
 	}
-	// A failed shared delete still drops the local copies and says so.
-	shared.Fail(nil)
+}
+
+func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared, ReplayInterval: 10 * time.Millisecond, MaxPendingInvalidations: 1})
+	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour})
+	l := &countingLoader{}
+	mustGet(t, ns, "p1", l)
 	mustGet(t, ns, "p2", l)
 	shared.Fail(inmem.ErrInjected)
+	if err := ns.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatalf("invalidate during an outage: %v, want nil (queued)", err)
+	}
+	// The queue holds one key: a second invalidation is refused, loudly, but
+	// still drops this process's copies.
 	if err := ns.Invalidate(context.Background(), "p2"); !errors.Is(err, inmem.ErrInjected) {
-		t.Fatalf("invalidate with the tier down: err = %v, want the tier's error", err)
+		t.Fatalf("invalidate over the queue bound: err = %v, want the tier's error", err)
 	}
-	if _, err := ns.Get(context.Background(), "p2", &countingLoader{err: errors.New("db down")}); err == nil {
-		t.Fatal("a value invalidated during an outage was served from this process")
+	if st := ns.Stats(); st.PendingDeletes != 1 || st.DroppedDeletes != 1 {
+		t.Fatalf("pending %d dropped %d, want 1 and 1", st.PendingDeletes, st.DroppedDeletes)
 	}
+	down := &countingLoader{err: errors.New("db down")}
+	for _, k := range []string{"p1", "p2"} {
+		if _, err := ns.Get(context.Background(), k, down); err == nil {
+			t.Fatalf("%s: an invalidated value was served from this process during the outage", k)
+		}
+	}
+	// The tier recovers with the old value still in it. Until the replay
+	// lands, this process reads it as a miss; then the replay deletes it.
+	if _, ok := shared.Raw("product:p1"); !ok {
+		t.Fatal("test setup: the old value should still be in the tier")
+	}
+	shared.Fail(nil)
+	if res := mustGet(t, ns, "p1", l); res.Source != holdfast.SourceLoaded || string(res.Value) == "v1:p1" {
+		t.Fatalf("after the outage: %q from %v, want a fresh load", res.Value, res.Source)
+	}
+	eventually(t, "the replay", func() bool { st := ns.Stats(); return st.PendingDeletes == 0 && st.ReplayedDeletes == 1 })
 }
 
 func TestHotTierNeverPastSoft(t *testing.T) {

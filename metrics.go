@@ -42,6 +42,9 @@ type Stats struct {
 	Invalidations     uint64 // keys invalidated
 	DroppedStaleSets  uint64 // loads finished after an invalidation of their key, not stored
 	TooLarge          uint64 // keys or values refused for their size
+	PendingDeletes    uint64 // invalidations waiting to be replayed on the shared tier (a gauge)
+	ReplayedDeletes   uint64 // invalidations replayed on the shared tier after it recovered
+	DroppedDeletes    uint64 // invalidations that did not fit in the replay queue
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // bytes now in the hot tier (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
@@ -72,6 +75,8 @@ const (
 	evInvalidation
 	evDroppedStaleSet
 	evTooLarge
+	evReplayedDeletes
+	evDroppedDeletes
 	numEvents
 )
 
@@ -150,5 +155,7 @@ func (c *counters) snapshot() Stats {
 		Invalidations:    c.sum(evInvalidation),
 		DroppedStaleSets: c.sum(evDroppedStaleSet),
 		TooLarge:         c.sum(evTooLarge),
+		ReplayedDeletes:  c.sum(evReplayedDeletes),
+		DroppedDeletes:   c.sum(evDroppedDeletes),
 	}
 }

@@ -25,6 +25,7 @@ type Namespace struct {
 	flights *flightGroup
 	limit   *limiter // this namespace's own cap, or nil
 	ctr     *counters
+	pending pendingDeletes
 }
 
 // entryOverhead approximates what one cached entry costs beyond its bytes (map
@@ -66,6 +67,7 @@ func (n *Namespace) Stats() Stats {
 	if n.lkg != nil {
 		s.LastKnownGoodKeys = uint64(n.lkg.Stats().Entries)
 	}
+	s.PendingDeletes = uint64(n.pending.n.Load())
 	return s
 }
 
@@ -299,7 +301,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 // sharedGet reads key from the shared tier. Corrupt bytes are a miss, counted.
 func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus) {
 	v, found, err := n.c.opts.Shared.Get(ctx, n.prefix+key)
-	return n.decodeLookup(Lookup{Value: v, Found: found, Err: err})
+	return n.decodeLookup(key, Lookup{Value: v, Found: found, Err: err})
 }
 
 func (n *Namespace) countTierError(err error, ev event) {
@@ -483,9 +485,14 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 }
 
 // Invalidate removes key from this process's tiers and from the shared tier.
-// A load of key that began before Invalidate is not stored after it. The
-// local copies are dropped even when the shared tier fails; the error says
-// the shared delete failed.
+// A load of key that began before Invalidate is not stored after it.
+//
+// When the shared tier's delete fails or is skipped by an open breaker, the
+// local copies are dropped all the same and the delete is queued and replayed
+// until the tier takes it; until then this process reads the tier's copy of
+// key as a miss. Invalidate returns nil in that case too. It returns an error
+// only when the replay queue is full (the delete is then lost for the shared
+// tier: other processes may serve the old value until its TTL).
 func (n *Namespace) Invalidate(ctx context.Context, key string) error {
 	if err := n.checkKey(key); err != nil {
 		return err
@@ -501,7 +508,11 @@ func (n *Namespace) Invalidate(ctx context.Context, key string) error {
 	if t := n.c.opts.Shared; t != nil {
 		if err := t.Delete(ctx, n.prefix+key); err != nil {
 			n.countTierError(err, evSharedDelError)
-			return fmt.Errorf("holdfast: %s: invalidate %q in the shared tier: %w", n.name, key, err)
+			if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
+				n.ctr.inc(evDroppedDeletes)
+				n.c.logger().Warn("holdfast: invalidation replay queue full; shared copy left until its TTL", "namespace", n.name, "key", key)
+				return fmt.Errorf("holdfast: %s: invalidate %q in the shared tier (replay queue full): %w", n.name, key, err)
+			}
 		}
 	}
 	return nil

@@ -37,6 +37,16 @@ type Options struct {
 	// counters in Stats are always kept).
 	Recorder Recorder
 
+	// MaxPendingInvalidations bounds, per namespace, the invalidations kept
+	// for replay because the shared tier's delete failed or was skipped.
+	// Beyond it an invalidation is dropped from the queue (the local copies
+	// still go), counted and logged. Default 100,000.
+	MaxPendingInvalidations int
+
+	// ReplayInterval is how often pending invalidations are retried.
+	// Default 500 ms.
+	ReplayInterval time.Duration
+
 	// Logger receives rare events: loader panics, replayed invalidations.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -134,6 +144,9 @@ const (
 	DefaultLastKnownGoodBytes = 32 << 20
 	DefaultMaxValueBytes      = 1 << 20
 	DefaultMaxKeyBytes        = 512
+
+	DefaultMaxPendingInvalidations = 100_000
+	DefaultReplayInterval          = 500 * time.Millisecond
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -148,6 +161,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.MaxPendingInvalidations < 0 || o.ReplayInterval < 0 {
+		return o, fmt.Errorf("holdfast: MaxPendingInvalidations %d or ReplayInterval %v is negative", o.MaxPendingInvalidations, o.ReplayInterval)
+	}
+	if o.MaxPendingInvalidations == 0 {
+		o.MaxPendingInvalidations = DefaultMaxPendingInvalidations
+	}
+	if o.ReplayInterval == 0 {
+		o.ReplayInterval = DefaultReplayInterval
 	}
 	return o, nil
 }

@@ -1,0 +1,27 @@
+// Package holdfast is a read-through cache that keeps a read-heavy service
+// answering, fast, when its cache fails.
+//
+// A read goes through up to three tiers. The hot tier is a small map of
+// encoded bytes in this process (TTL one minute, never past a value's soft
+// time). The shared tier is a Tier, normally Redis (package redis), that every
+// process reads and writes. The loader is the source of truth, normally the
+// database. Concurrent misses of one key in one process join one flight, so
+// the loader runs once however many readers wait; each reader may leave on its
+// own context while the flight goes on, bounded by the namespace's load
+// timeout. Loads pass a process-wide limiter that rejects rather than queues.
+//
+// Every stored value carries its origin time (when it was read from the
+// source, unchanged as it moves between tiers), a soft time and a hard time.
+// Before soft a value is fresh. Between soft and hard it is returned at once
+// and one background refresh per key runs. Past hard a read loads
+// synchronously. When fresh data cannot be had — the shared tier and the
+// loader fail, or the limiter says no — a namespace may serve the last good
+// value it saw for up to its stale-if-error window past hard, counted from
+// origin. While the shared tier is down, the last good value is served until
+// its hard time, so an outage costs one load per key per TTL, not one per
+// read.
+//
+// Values are bytes at the bottom, wrapped in a versioned, checksummed
+// envelope (see Entry); Typed adds a codec on top. Corrupt bytes from a shared
+// tier are a miss, never a panic.
+package holdfast
