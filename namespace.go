@@ -323,13 +323,11 @@ func (n *Namespace) loaded(ctx context.Context, f *flight, key string, val []byt
 			return Result{Value: val, Source: SourceLoaded, origin: t, soft: t, hard: t}, nil
 		}
 		m := n.newEntry(val, start.UnixNano(), cost, false)
-		n.store(ctx, f, key, &m)
-		return n.served(&m, SourceLoaded)
+		return n.store(ctx, f, key, &m)
 	case isNotFound(err):
 		n.ctr.inc(evLoadNotFound)
 		m := n.newEntry(nil, start.UnixNano(), cost, true)
-		n.store(ctx, f, key, &m)
-		return n.served(&m, SourceLoaded)
+		return n.store(ctx, f, key, &m)
 	default:
 		n.ctr.inc(evLoadError)
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
@@ -430,16 +428,21 @@ func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negat
 }
 
 // store writes a loaded entry to every tier, unless the key was invalidated
-// after the flight began.
-func (n *Namespace) store(ctx context.Context, f *flight, key string, m *meta) {
+// after the flight began, and answers the flight's readers as soon as the
+// local tiers have it: they do not wait for the shared tier's write, which
+// may be slow or failing (seed 000: a Redis failure during the put must
+// neither fail the read nor run the loader again).
+func (n *Namespace) store(ctx context.Context, f *flight, key string, m *meta) (Result, error) {
+	res, err := n.served(m, SourceLoaded)
 	if !f.beginStore() {
 		f.endStore()
 		n.ctr.inc(evDroppedStaleSet)
-		return
+		return res, err
 	}
 	defer f.endStore()
 	now := n.now()
 	n.putLocal(key, m, now)
+	f.publish(res, err)
 	if t := n.c.opts.Shared; t != nil {
 		ttl := time.Duration(m.hard - now)
 		if !m.negative {
@@ -453,6 +456,7 @@ func (n *Namespace) store(ctx context.Context, f *flight, key string, m *meta) {
 			}
 		}
 	}
+	return res, err
 }
 
 // storeLocal copies an entry read from the shared tier into this process's

@@ -1,0 +1,232 @@
+package breaker
+
+import (
+	"testing"
+	"time"
+)
+
+// fakeClock is a hand-moved clock: breaker timing is tested without sleeps.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time      { return c.t }
+func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func newFake() *fakeClock                { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+func mustNew(t *testing.T, s Settings, c *fakeClock) *Breaker {
+	t.Helper()
+	b, err := New(s, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// call runs one call through b with outcome o and reports whether it was
+// allowed.
+func call(b *Breaker, o Outcome) bool {
+	gen, ok := b.Allow()
+	if ok {
+		b.Done(gen, o)
+	}
+	return ok
+}
+
+func wantState(t *testing.T, b *Breaker, want State) {
+	t.Helper()
+	if got := b.State(); got != want {
+		t.Fatalf("state = %v, want %v", got, want)
+	}
+}
+
+func TestConsecutiveFailuresOpen(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	for i := 0; i < DefaultConsecutiveFailures-1; i++ {
+		call(b, Failure)
+	}
+	call(b, Success) // resets the run
+	for i := 0; i < DefaultConsecutiveFailures-1; i++ {
+		call(b, Failure)
+	}
+	wantState(t, b, Closed)
+	call(b, Failure)
+	wantState(t, b, Open)
+	if call(b, Success) {
+		t.Fatal("open breaker allowed a call")
+	}
+	if got := b.Counts(); got.Opens != 1 || got.Transitions != 1 {
+		t.Fatalf("counts = %+v", got)
+	}
+}
+
+func TestFailureRateOpens(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	// Alternate: never two failures in a row, 50% rate. Below MinCalls the
+	// rate does not apply.
+	for i := 0; i < DefaultMinCalls-1; i++ {
+		call(b, Outcome(i%2)) // Success, Failure, ...
+		c.add(100 * time.Millisecond)
+	}
+	wantState(t, b, Closed)
+	call(b, Failure) // 20th call, 10 failures of 20
+	wantState(t, b, Open)
+}
+
+func TestFailureRateWindowSlides(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	// 15 failures spread so none are consecutive beyond 1, then the window
+	// passes: old failures no longer count.
+	for i := 0; i < 15; i++ {
+		call(b, Failure)
+		call(b, Success)
+		call(b, Success)
+	}
+	wantState(t, b, Closed) // 15 of 45 = 33%
+	c.add(DefaultWindow + time.Second)
+	for i := 0; i < 10; i++ {
+		call(b, Success)
+	}
+	for i := 0; i < 4; i++ {
+		call(b, Failure)
+		call(b, Success)
+	}
+	wantState(t, b, Closed) // 4 of 18 in the window
+}
+
+func openBreaker(t *testing.T, b *Breaker) {
+	t.Helper()
+	for i := 0; i < DefaultConsecutiveFailures; i++ {
+		call(b, Failure)
+	}
+	wantState(t, b, Open)
+}
+
+func TestHalfOpenCloses(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	openBreaker(t, b)
+	c.add(DefaultOpenTimeout - time.Millisecond)
+	if call(b, Success) {
+		t.Fatal("allowed before the open interval passed")
+	}
+	c.add(time.Millisecond)
+	// Half-open lets exactly Probes calls through at once.
+	var gens []uint64
+	for i := 0; i < DefaultProbes; i++ {
+		gen, ok := b.Allow()
+		if !ok {
+			t.Fatalf("probe %d refused", i)
+		}
+		gens = append(gens, gen)
+	}
+	wantState(t, b, HalfOpen)
+	if _, ok := b.Allow(); ok {
+		t.Fatal("more probes than Probes let through")
+	}
+	for _, g := range gens {
+		b.Done(g, Success)
+	}
+	wantState(t, b, Closed)
+	// Closed again: the failure count starts from zero.
+	for i := 0; i < DefaultConsecutiveFailures-1; i++ {
+		call(b, Failure)
+	}
+	wantState(t, b, Closed)
+}
+
+func TestHalfOpenReopensWithBackoff(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	openBreaker(t, b)
+	c.add(DefaultOpenTimeout)
+	call(b, Success)
+	call(b, Failure) // a failed probe reopens at once
+	wantState(t, b, Open)
+	c.add(DefaultOpenTimeout)
+	if call(b, Success) {
+		t.Fatal("reopened breaker did not back off")
+	}
+	c.add(DefaultOpenTimeout) // 2x
+	if !call(b, Success) {
+		t.Fatal("probe refused after the doubled interval")
+	}
+	// Backoff is capped.
+	for i := 0; i < 20; i++ {
+		call(b, Failure)
+		c.add(DefaultMaxOpenTimeout)
+	}
+	if !call(b, Success) {
+		t.Fatal("backoff above MaxOpenTimeout")
+	}
+}
+
+func TestIgnoredOutcomeNotCounted(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	for i := 0; i < 100; i++ {
+		call(b, Ignore) // e.g. the caller cancelled
+	}
+	for i := 0; i < DefaultConsecutiveFailures-1; i++ {
+		call(b, Failure)
+		call(b, Ignore)
+	}
+	wantState(t, b, Closed)
+
+	// A cancelled probe frees its slot without closing or reopening.
+	openBreaker(t, b)
+	c.add(DefaultOpenTimeout)
+	gen, _ := b.Allow()
+	b.Done(gen, Ignore)
+	wantState(t, b, HalfOpen)
+	for i := 0; i < DefaultProbes; i++ {
+		if !call(b, Success) {
+			t.Fatalf("probe %d refused after a cancelled probe", i)
+		}
+	}
+	wantState(t, b, Closed)
+}
+
+func TestStaleGenerationIgnored(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	// Calls that started while closed...
+	var late []uint64
+	for i := 0; i < 10; i++ {
+		g, _ := b.Allow()
+		late = append(late, g)
+	}
+	openBreaker(t, b)
+	c.add(DefaultOpenTimeout)
+	g, ok := b.Allow() // half-open probe
+	if !ok {
+		t.Fatal("probe refused")
+	}
+	// ...report late: their failures must not reopen the half-open
+	// breaker, and their successes must not close it.
+	for _, lg := range late {
+		b.Done(lg, Failure)
+	}
+	wantState(t, b, HalfOpen)
+	b.Done(g, Success)
+	for _, lg := range late {
+		b.Done(lg, Success)
+	}
+	wantState(t, b, HalfOpen)
+	if got := b.Counts().Opens; got != 1 {
+		t.Fatalf("opens = %d, want 1", got)
+	}
+}
+
+func TestSettingsValidate(t *testing.T) {
+	for _, s := range []Settings{
+		{ConsecutiveFailures: -1},
+		{FailureRate: 1.5},
+		{Window: time.Nanosecond},
+		{OpenTimeout: time.Minute, MaxOpenTimeout: time.Second},
+	} {
+		if _, err := New(s, nil); err == nil {
+			t.Errorf("New(%+v) = nil error", s)
+		}
+	}
+}

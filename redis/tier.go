@@ -1,0 +1,596 @@
+// Package redis is a holdfast.Tier over Redis 7, standalone or Cluster, built
+// on github.com/redis/rueidis.
+//
+// Every call goes through a circuit breaker first. While Redis is healthy the
+// breaker is closed and a Get is one GET, sent on rueidis's auto-pipelined
+// connection with a deadline of ReadBudget (default 50 ms): rueidis stops
+// waiting at the deadline and drops the late reply, so a frozen or
+// unreachable Redis costs a read at most its budget. A nil reply is a miss,
+// never a failure. Failures and timeouts feed the breaker; after 5 failures
+// in a row, or half of at least 20 calls in 10 s, it opens and every call
+// returns at once with an error wrapping holdfast.ErrBypassed, without
+// touching Redis. After 1 s (doubling while Redis stays bad) a few probe
+// calls go through; if they succeed the breaker closes. A call the caller
+// cancels says nothing about Redis and is not counted; a reply from before
+// the breaker last changed state is ignored.
+//
+// Keys: the Cache passes keys already qualified as "<namespace>:<key>", where
+// a namespace never contains ':'; the tier prepends Options.KeyPrefix. So the
+// Redis key is KeyPrefix + namespace + ":" + key, and two namespaces cannot
+// collide. GetMany sends one MGET per Cluster hash slot (one MGET in all for
+// a standalone server), pipelined together; Set pipelines one
+// SET key value PX ttl per item.
+//
+// Client-side caching (RESP3 tracking) is off: the Cache has its own
+// in-process hot tier with its own bounds, and a second, invisible one would
+// make staleness impossible to reason about. rueidis's retries are off too:
+// within a 50 ms budget a retry mostly spends the time the caller needs for
+// its fallback, and the breaker has to see the failure.
+//
+// rueidis honours a ctx deadline on an established, pipelined connection,
+// but a call that has to reconnect can be held inside rueidis past it (the
+// connection handshake, waiting for another call's dial, closing a failed
+// connection). So after any failure, and while the breaker is not closed,
+// reads run on a guard goroutine and the caller leaves at the budget
+// whatever rueidis does; while Redis is healthy they call rueidis directly,
+// because the guard costs about a quarter of the throughput. New opens
+// rueidis's connections up front so that the first failure meets an
+// established connection. Writes are guarded the same way, with
+// WriteTimeout as their bound.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/breaker"
+)
+
+// Tier is a holdfast.Tier backed by Redis. It is safe for concurrent use.
+type Tier struct {
+	client  rueidis.Client
+	opts    Options
+	cluster bool
+	br      *breaker.Breaker
+	closed  atomic.Bool
+	stats   counters
+
+	// suspect is set when a call fails and cleared by a success
+	// SuspectFor after the last failure (lastBad, Clock's unix nanoseconds).
+	// See guarded.
+	suspect atomic.Bool
+	lastBad atomic.Int64
+
+	// mu orders guard goroutines' wg.Add before Close's wg.Wait.
+	mu sync.RWMutex
+	wg sync.WaitGroup
+}
+
+// suspectFor is how long after its last failure Redis is read through
+// guard. It matches the breaker's default window.
+const suspectFor = 10 * time.Second
+
+var _ holdfast.Tier = (*Tier)(nil)
+
+// New validates opts, connects to Redis and detects whether it is a Cluster.
+// It returns an error, and never panics, on invalid options or when no
+// address answers within DialTimeout.
+func New(opts Options) (*Tier, error) {
+	o, bs, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	br, err := breaker.New(bs, o.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("redis tier: %w", err)
+	}
+	co := rueidis.ClientOption{
+		InitAddress:      o.Addrs,
+		Username:         o.Username,
+		Password:         o.Password,
+		TLSConfig:        o.TLS,
+		ConnWriteTimeout: o.ConnTimeout,
+		DisableCache:     true,
+		DisableRetry:     true,
+		// Without it, a lone call runs synchronously on the connection with
+		// the ctx deadline as a socket deadline: a caller's cancellation is
+		// not seen until the budget runs out, and every budget timeout
+		// closes the connection. Pipelined, a call waits on a channel and
+		// leaves at ctx.Done (budget or cancellation) while the connection
+		// stays up; a silent connection is closed by ConnTimeout's PINGs.
+		AlwaysPipelining: true,
+	}
+	co.Dialer.Timeout = o.DialTimeout
+	client, err := rueidis.NewClient(co)
+	if err != nil {
+		return nil, fmt.Errorf("redis tier: connect to %v: %w", o.Addrs, err)
+	}
+	t := &Tier{
+		client:  client,
+		opts:    o,
+		cluster: client.Mode() == rueidis.ClientModeCluster,
+		br:      br,
+	}
+	t.warm()
+	return t, nil
+}
+
+// warm opens the connections rueidis would otherwise open lazily, so that
+// a read that meets the first failure does so on an established connection,
+// where rueidis honours the budget (see the package comment). rueidis
+// spreads calls over its connections at random (4 per standalone server by
+// default), so 32 PINGs miss one with a probability of about 1 in 2,500; a
+// miss only costs that guarantee, and errors here are left to the reads.
+func (t *Tier) warm() {
+	ctx, cancel := context.WithTimeout(context.Background(), t.opts.DialTimeout)
+	defer cancel()
+	for i := 0; i < 32 && ctx.Err() == nil; i++ {
+		_ = t.client.Do(ctx, t.client.B().Ping().Build()).Error()
+	}
+}
+
+// Cluster reports whether the tier talks to a Redis Cluster.
+func (t *Tier) Cluster() bool { return t.cluster }
+
+// errClosed is returned by calls after Close.
+var errClosed = fmt.Errorf("redis tier closed: %w", holdfast.ErrClosed)
+
+// fullKey applies KeyPrefix and MaxKeyBytes.
+func (t *Tier) fullKey(key string) (string, error) {
+	if n := len(t.opts.KeyPrefix) + len(key); n > t.opts.MaxKeyBytes {
+		return "", fmt.Errorf("key of %d bytes over MaxKeyBytes %d: %w", n, t.opts.MaxKeyBytes, holdfast.ErrTooLarge)
+	}
+	return t.opts.KeyPrefix + key, nil
+}
+
+// begin checks that a call may go to Redis: the tier is open, the caller has
+// not given up already, and the breaker allows it. It returns the breaker
+// generation the call must report to with end.
+func (t *Tier) begin(ctx context.Context) (uint64, error) {
+	if t.closed.Load() {
+		return 0, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing was sent, so nothing is reported to the breaker.
+		return 0, err
+	}
+	gen, ok := t.br.Allow()
+	if !ok {
+		return 0, holdfast.ErrBypassed
+	}
+	return gen, nil
+}
+
+// end reports the outcome of a call to the breaker. err is the first error
+// from Redis (nil for success, a miss included); ctx is the caller's context.
+func (t *Tier) end(ctx context.Context, gen uint64, err error) {
+	o := outcome(ctx, err)
+	t.br.Done(gen, o)
+	switch {
+	case o == breaker.Failure:
+		t.lastBad.Store(t.opts.Clock().UnixNano())
+		t.suspect.Store(true)
+	case o == breaker.Success && t.suspect.Load():
+		if time.Duration(t.opts.Clock().UnixNano()-t.lastBad.Load()) > suspectFor {
+			t.suspect.Store(false)
+		}
+	}
+}
+
+// guarded reports whether calls should run under guard. While Redis is
+// healthy they do not: rueidis's pipelined calls leave at ctx.Done, and a
+// guard goroutine per read costs about a quarter of the throughput
+// (BenchmarkGetHit). After a failure, and while the breaker is not closed,
+// they do: a call that has to reconnect to a frozen server can be held
+// inside rueidis well past its ctx deadline (the connection handshake, the
+// wait for another call's dial, closing a failed connection), and the guard
+// returns at the budget regardless.
+func (t *Tier) guarded() bool {
+	return t.suspect.Load() || t.br.State() != breaker.Closed
+}
+
+// guard runs call on its own goroutine and waits for it until ctx is done;
+// then it returns onDone(ctx.Err()) and leaves call to finish on its own,
+// its late result dropped. The goroutine belongs to the Tier: call is bound
+// by ctx (or by rueidis's own timeouts), and Close waits for it.
+func guard[R any](ctx context.Context, t *Tier, call func() R, onDone func(error) R) R {
+	t.mu.RLock()
+	if t.closed.Load() {
+		t.mu.RUnlock()
+		return onDone(errClosed)
+	}
+	t.wg.Add(1)
+	t.mu.RUnlock()
+	ch := make(chan R, 1) // buffered: the goroutine never blocks on a caller that left
+	go func() {
+		defer t.wg.Done()
+		ch <- call()
+	}()
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		return onDone(ctx.Err())
+	}
+}
+
+// outcome decides what a call's error says about Redis's health.
+func outcome(ctx context.Context, err error) breaker.Outcome {
+	switch {
+	case err == nil || rueidis.IsRedisNil(err):
+		return breaker.Success
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller cancelled: Redis may have been about to answer. Our
+		// own budget shows up as DeadlineExceeded and does count.
+		return breaker.Ignore
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
+		// Redis answered; the key holds something else (another writer's
+		// data). That is a problem of the key, not of the server.
+		return breaker.Success
+	}
+	return breaker.Failure
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// Get reads one key. A nil reply is a miss (found false, err nil). The
+// returned slice is a fresh copy the caller owns.
+func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	c := &t.stats
+	c.gets.add(1)
+	full, err := t.fullKey(key)
+	if err != nil {
+		c.tooLarge.add(1)
+		c.errors.add(1)
+		return nil, false, fmt.Errorf("redis tier get %q: %w", key, err)
+	}
+	gen, err := t.begin(ctx)
+	if err != nil {
+		if errors.Is(err, holdfast.ErrBypassed) {
+			c.bypassed.add(1)
+		} else {
+			c.errors.add(1)
+		}
+		return nil, false, fmt.Errorf("redis tier get %q: %w", key, err)
+	}
+	cmd := t.client.B().Get().Key(full).Build()
+	rctx, cancel := context.WithTimeout(ctx, t.opts.ReadBudget)
+	var res rueidis.RedisResult
+	if t.guarded() {
+		res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
+	} else {
+		res = t.client.Do(rctx, cmd)
+	}
+	cancel()
+	s, err := res.ToString()
+	t.end(ctx, gen, err)
+	switch {
+	case err == nil:
+		c.hits.add(1)
+		return []byte(s), true, nil
+	case rueidis.IsRedisNil(err):
+		c.misses.add(1)
+		return nil, false, nil
+	}
+	c.errors.add(1)
+	if isTimeout(err) {
+		c.timeouts.add(1)
+	}
+	return nil, false, fmt.Errorf("redis tier get %q: %w", key, err)
+}
+
+// errorResults is n results failed with err.
+func errorResults(n int, err error) []rueidis.RedisResult {
+	rs := make([]rueidis.RedisResult, n)
+	for i := range rs {
+		rs[i] = rueidis.NewErrorResult(err)
+	}
+	return rs
+}
+
+// group is one multi-key command and the indexes of its keys in the call.
+type group struct {
+	keys []string // full keys, in command order
+	idx  []int    // positions in the caller's slice
+}
+
+// groupBySlot splits keys (full keys; "" marks a refused key to skip) into
+// groups a single multi-key command can carry: all keys of a standalone
+// server in one group, one group per hash slot in a Cluster.
+func (t *Tier) groupBySlot(keys []string) []group {
+	if !t.cluster {
+		g := group{keys: make([]string, 0, len(keys)), idx: make([]int, 0, len(keys))}
+		for i, k := range keys {
+			if k != "" {
+				g.keys = append(g.keys, k)
+				g.idx = append(g.idx, i)
+			}
+		}
+		if len(g.keys) == 0 {
+			return nil
+		}
+		return []group{g}
+	}
+	var groups []group
+	bySlot := make(map[uint16]int)
+	for i, k := range keys {
+		if k == "" {
+			continue
+		}
+		s := slot(k)
+		gi, ok := bySlot[s]
+		if !ok {
+			gi = len(groups)
+			bySlot[s] = gi
+			groups = append(groups, group{})
+		}
+		groups[gi].keys = append(groups[gi].keys, k)
+		groups[gi].idx = append(groups[gi].idx, i)
+	}
+	return groups
+}
+
+// GetMany reads keys with one MGET per hash slot, pipelined. A key whose
+// group failed has its own Lookup.Err; the returned error is non-nil only
+// when no group got an answer (then every Lookup.Err is set as well).
+func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, error) {
+	out := make([]holdfast.Lookup, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	c := &t.stats
+	c.gets.add(len(keys))
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		f, err := t.fullKey(k)
+		if err != nil {
+			c.tooLarge.add(1)
+			c.errors.add(1)
+			out[i].Err = fmt.Errorf("redis tier get %q: %w", k, err)
+			continue
+		}
+		full[i] = f
+	}
+	groups := t.groupBySlot(full)
+	if len(groups) == 0 {
+		return out, nil // every key refused; each has its error
+	}
+	sent := 0
+	for _, g := range groups {
+		sent += len(g.keys)
+	}
+	gen, err := t.begin(ctx)
+	if err != nil {
+		if errors.Is(err, holdfast.ErrBypassed) {
+			c.bypassed.add(sent)
+		} else {
+			c.errors.add(sent)
+		}
+		err = fmt.Errorf("redis tier get %d keys: %w", len(keys), err)
+		for _, g := range groups {
+			for _, i := range g.idx {
+				out[i].Err = err
+			}
+		}
+		return out, err
+	}
+
+	cmds := make(rueidis.Commands, len(groups))
+	for gi, g := range groups {
+		cmds[gi] = t.client.B().Mget().Key(g.keys...).Build()
+	}
+	rctx, cancel := context.WithTimeout(ctx, t.opts.ReadBudget)
+	var results []rueidis.RedisResult
+	if t.guarded() {
+		results = guard(rctx, t, func() []rueidis.RedisResult { return t.client.DoMulti(rctx, cmds...) },
+			func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
+	} else {
+		results = t.client.DoMulti(rctx, cmds...)
+	}
+	cancel()
+
+	var firstErr error
+	failed := 0
+	for gi, g := range groups {
+		arr, err := results[gi].ToArray()
+		if err == nil && len(arr) != len(g.keys) {
+			err = fmt.Errorf("MGET of %d keys answered %d values", len(g.keys), len(arr))
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			failed++
+			c.errors.add(len(g.idx))
+			if isTimeout(err) {
+				c.timeouts.add(len(g.idx))
+			}
+			for _, i := range g.idx {
+				out[i].Err = fmt.Errorf("redis tier get %q: %w", keys[i], err)
+			}
+			continue
+		}
+		for j, i := range g.idx {
+			if arr[j].IsNil() {
+				c.misses.add(1)
+				continue
+			}
+			s, err := arr[j].ToString()
+			if err != nil {
+				c.errors.add(1)
+				out[i].Err = fmt.Errorf("redis tier get %q: %w", keys[i], err)
+				continue
+			}
+			c.hits.add(1)
+			out[i] = holdfast.Lookup{Value: []byte(s), Found: true}
+		}
+	}
+	t.end(ctx, gen, firstErr)
+	if failed == len(groups) {
+		return out, fmt.Errorf("redis tier get %d keys: %w", len(keys), firstErr)
+	}
+	return out, nil
+}
+
+// Set writes items with SET key value PX ttl, pipelined. Items that are too
+// large or have no positive TTL are refused (nothing sent for them) and the
+// rest are still written. The returned error joins the per-item errors.
+func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	c := &t.stats
+	c.sets.add(len(items))
+	var errs []error
+	cmds := make(rueidis.Commands, 0, len(items))
+	keys := make([]string, 0, len(items))
+	for _, it := range items {
+		full, err := t.fullKey(it.Key)
+		if err == nil && len(it.Value) > t.opts.MaxValueBytes {
+			err = fmt.Errorf("value of %d bytes over MaxValueBytes %d: %w", len(it.Value), t.opts.MaxValueBytes, holdfast.ErrTooLarge)
+		}
+		if errors.Is(err, holdfast.ErrTooLarge) {
+			c.tooLarge.add(1)
+		}
+		if err == nil && it.TTL <= 0 {
+			// Never write without expiry: a value Redis keeps forever
+			// outlives every staleness bound the Cache promises.
+			err = fmt.Errorf("TTL %v is not positive", it.TTL)
+		}
+		if err != nil {
+			c.setErrors.add(1)
+			errs = append(errs, fmt.Errorf("redis tier set %q: %w", it.Key, err))
+			continue
+		}
+		// PX has millisecond resolution; round up so a short TTL never
+		// becomes 0 (an error in Redis).
+		ms := int64((it.TTL + time.Millisecond - 1) / time.Millisecond)
+		// string(it.Value) copies: the command may still be queued for
+		// writing after Set returns on timeout, and the caller may reuse
+		// its buffer by then.
+		cmds = append(cmds, t.client.B().Set().Key(full).Value(string(it.Value)).PxMilliseconds(ms).Build())
+		keys = append(keys, it.Key)
+	}
+	if len(cmds) == 0 {
+		return errors.Join(errs...)
+	}
+	err := t.write(ctx, cmds, keys, nil, "set", &c.setErrors, &c.setBypassed)
+	return errors.Join(append(errs, err)...)
+}
+
+// Delete removes keys with one DEL per hash slot (one DEL in all for a
+// standalone server), pipelined. Deleting a missing key is not an error.
+func (t *Tier) Delete(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	c := &t.stats
+	c.deletes.add(len(keys))
+	var errs []error
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		f, err := t.fullKey(k)
+		if err != nil {
+			c.tooLarge.add(1)
+			c.deleteErrors.add(1)
+			errs = append(errs, fmt.Errorf("redis tier delete %q: %w", k, err))
+			continue
+		}
+		full[i] = f
+	}
+	groups := t.groupBySlot(full)
+	if len(groups) == 0 {
+		return errors.Join(errs...)
+	}
+	cmds := make(rueidis.Commands, len(groups))
+	names := make([]string, len(groups))
+	weights := make([]int, len(groups))
+	for gi, g := range groups {
+		cmds[gi] = t.client.B().Del().Key(g.keys...).Build()
+		names[gi] = strings.Join(g.keys, " ")
+		weights[gi] = len(g.keys)
+	}
+	err := t.write(ctx, cmds, names, weights, "delete", &c.deleteErrors, &c.delBypassed)
+	return errors.Join(append(errs, err)...)
+}
+
+// write sends write commands under WriteTimeout through the breaker. names
+// label the commands in errors; weights (nil: 1 each) are the keys each
+// command carries, which errCount and bypassCount count when it fails or is
+// skipped.
+func (t *Tier) write(ctx context.Context, cmds rueidis.Commands, names []string, weights []int, op string, errCount, bypassCount *counter) error {
+	weight := func(i int) int {
+		if weights == nil {
+			return 1
+		}
+		return weights[i]
+	}
+	gen, err := t.begin(ctx)
+	if err != nil {
+		n := 0
+		for i := range cmds {
+			n += weight(i)
+		}
+		if errors.Is(err, holdfast.ErrBypassed) {
+			bypassCount.add(n)
+		} else {
+			errCount.add(n)
+		}
+		return fmt.Errorf("redis tier %s %d keys: %w", op, len(cmds), err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
+	defer cancel()
+	send := func() []rueidis.RedisResult {
+		if len(cmds) == 1 {
+			return []rueidis.RedisResult{t.client.Do(wctx, cmds[0])}
+		}
+		return t.client.DoMulti(wctx, cmds...)
+	}
+	var results []rueidis.RedisResult
+	if t.guarded() {
+		results = guard(wctx, t, send, func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
+	} else {
+		results = send()
+	}
+	var firstErr error
+	var errs []error
+	for i, r := range results {
+		if err := r.Error(); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			errCount.add(weight(i))
+			errs = append(errs, fmt.Errorf("redis tier %s %q: %w", op, names[i], err))
+		}
+	}
+	t.end(ctx, gen, firstErr)
+	return errors.Join(errs...)
+}
+
+// Close closes the connections, which stops rueidis's goroutines and makes
+// any call still inside rueidis return, and waits for the tier's guard
+// goroutines. Calls after Close fail with an error wrapping
+// holdfast.ErrClosed.
+func (t *Tier) Close() error {
+	t.mu.Lock()
+	already := t.closed.Swap(true)
+	t.mu.Unlock()
+	if already {
+		return nil
+	}
+	t.client.Close()
+	t.wg.Wait()
+	return nil
+}
