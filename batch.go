@@ -168,6 +168,8 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 	cost := n.c.clock.Now().Sub(start)
 	n.release()
 	n.observe(cost, err)
+	var writes []Item
+	var writers []*flight
 	for _, i := range toLoad {
 		var val []byte
 		var kerr error
@@ -178,8 +180,20 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 		} else {
 			kerr = ErrNotFound
 		}
-		res, rerr := n.loaded(ctx, flights[i], keys[i], val, kerr, start, cost, fallbacks[i], now)
-		outs[i] = outcome{res, rerr}
+		var w *Item
+		outs[i], w = n.loaded(flights[i], keys[i], val, kerr, start, cost, fallbacks[i], now)
+		if w != nil {
+			writes = append(writes, *w)
+			writers = append(writers, flights[i])
+		}
+	}
+	// One pipelined write for the batch; each flight's store lock is held
+	// until it is done, so an invalidation cannot slip in between.
+	if len(writes) > 0 {
+		n.writeShared(ctx, writes...)
+	}
+	for _, f := range writers {
+		f.endStore()
 	}
 }
 

@@ -73,6 +73,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// settle waits until no flight for key is running: a load's shared-tier
+// write happens after its readers have their answer.
+func settle(t *testing.T, ns *holdfast.Namespace, key string) {
+	t.Helper()
+	eventually(t, "the flight for "+key+" to end", func() bool { return !ns.InFlight(key) })
+}
+
 func mustGet(t *testing.T, ns *holdfast.Namespace, key string, l holdfast.Loader) holdfast.Result {
 	t.Helper()
 	res, err := ns.Get(context.Background(), key, l)
@@ -211,6 +218,32 @@ func TestLoaderErrorsAreNotCached(t *testing.T) {
 	}
 }
 
+// Seed 000: a Redis failure during the put after a load made the loader run
+// twice for one request. Here readers have their value before the write, the
+// loader runs once, and a stalled write fails nothing.
+func TestReadersDoNotWaitForTheSharedWrite(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: 200 * time.Millisecond})
+	thaw := shared.StallSets()
+	defer thaw()
+	l := &countingLoader{}
+	start := time.Now()
+	for range 5 {
+		if res := mustGet(t, ns, "p1", l); string(res.Value) != "v1:p1" {
+			t.Fatalf("got %q, want v1:p1", res.Value)
+		}
+	}
+	if waited := time.Since(start); waited > 150*time.Millisecond {
+		t.Fatalf("reads took %v: they waited for the stalled write", waited)
+	}
+	if l.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1", l.calls.Load())
+	}
+	// The stalled write ends with the load timeout and is counted.
+	eventually(t, "the write to fail", func() bool { return ns.Stats().SharedSetErrors == 1 })
+}
+
 func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
@@ -323,6 +356,7 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l)
+	settle(t, ns, "p1")
 	shared.Fail(inmem.ErrInjected)
 	clk.Advance(5 * time.Second)
 	for range 100 {
@@ -361,6 +395,7 @@ func TestNegativeCaching(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("loader calls = %d, want 1 within the negative TTL", calls.Load())
 	}
+	settle(t, ns, "nope")
 	clk.Advance(2 * time.Second)
 	ns.Get(context.Background(), "nope", missing)
 	if calls.Load() != 2 {
@@ -423,6 +458,8 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l)
 	mustGet(t, ns, "p2", l)
+	settle(t, ns, "p1")
+	settle(t, ns, "p2")
 	shared.Fail(inmem.ErrInjected)
 	if err := ns.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatalf("invalidate during an outage: %v, want nil (queued)", err)
@@ -491,6 +528,7 @@ func TestCorruptSharedBytesAreAMiss(t *testing.T) {
 	if st := ns.Stats(); st.Corrupt != 1 {
 		t.Fatalf("corrupt = %d, want 1", st.Corrupt)
 	}
+	settle(t, ns, "p1")
 	raw, _ := shared.Raw("product:p1")
 	if _, err := holdfast.DecodeEntry(raw); err != nil {
 		t.Fatalf("the load did not replace the corrupt bytes: %v", err)

@@ -106,6 +106,14 @@ func (g *flightGroup) join(key string) (f *flight, leader bool) {
 	return f, true
 }
 
+// inProgress reports whether a flight for key is running.
+func (g *flightGroup) inProgress(key string) bool {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[key] != nil
+}
+
 // done removes f if it is still the flight for key. An invalidation may have
 // detached it already and a newer flight may have taken its place.
 func (g *flightGroup) done(key string, f *flight) {

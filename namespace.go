@@ -233,7 +233,12 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	cost := n.c.clock.Now().Sub(start)
 	n.release()
 	n.observe(cost, err)
-	return n.loaded(ctx, f, key, val, err, start, cost, fallback, now)
+	out, write := n.loaded(f, key, val, err, start, cost, fallback, now)
+	if write != nil {
+		n.writeShared(ctx, *write)
+		f.endStore()
+	}
+	return out.res, out.err
 }
 
 // recheckHot checks the hot tier again inside a flight: a flight that ended
@@ -312,28 +317,70 @@ func (n *Namespace) countTierError(err error, ev event) {
 	}
 }
 
-// loaded stores what the loader returned and answers the flight with it.
-func (n *Namespace) loaded(ctx context.Context, f *flight, key string, val []byte, err error, start time.Time, cost time.Duration, fallback *meta, now int64) (Result, error) {
+// loaded stores what the loader returned in this process's tiers and
+// answers the flight's readers with it. When the value must also go to the
+// shared tier, write is the item to write and the flight's store lock is
+// held: the caller writes it (alone, or batched with others) and then calls
+// f.endStore. Readers do not wait for that write, which may be slow or
+// failing (seed 000: a Redis failure during the put must neither fail the
+// read nor run the loader again).
+func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start time.Time, cost time.Duration, fallback *meta, now int64) (out outcome, write *Item) {
+	var m meta
 	switch {
 	case err == nil:
 		if len(val) > n.p.MaxValueBytes {
 			// Served to this flight's readers, never cached.
 			n.ctr.inc(evTooLarge)
 			t := start.UnixNano()
-			return Result{Value: val, Source: SourceLoaded, origin: t, soft: t, hard: t}, nil
+			return outcome{Result{Value: val, Source: SourceLoaded, origin: t, soft: t, hard: t}, nil}, nil
 		}
-		m := n.newEntry(val, start.UnixNano(), cost, false)
-		return n.store(ctx, f, key, &m)
+		m = n.newEntry(val, start.UnixNano(), cost, false)
 	case isNotFound(err):
 		n.ctr.inc(evLoadNotFound)
-		m := n.newEntry(nil, start.UnixNano(), cost, true)
-		return n.store(ctx, f, key, &m)
+		m = n.newEntry(nil, start.UnixNano(), cost, true)
 	default:
 		n.ctr.inc(evLoadError)
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))
 		}
-		return n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
+		res, err := n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
+		return outcome{res, err}, nil
+	}
+	res, rerr := n.served(&m, SourceLoaded)
+	out = outcome{res, rerr}
+	if !f.beginStore() {
+		f.endStore()
+		n.ctr.inc(evDroppedStaleSet)
+		f.publish(res, rerr)
+		return out, nil
+	}
+	now = n.now()
+	n.putLocal(key, &m, now)
+	f.publish(res, rerr)
+	if n.c.opts.Shared == nil {
+		f.endStore()
+		return out, nil
+	}
+	ttl := time.Duration(m.hard - now)
+	if !m.negative {
+		// Kept past hard so that the tier itself can serve stale values
+		// when the loader fails while Redis is up.
+		ttl += n.p.StaleIfError
+	}
+	if ttl <= 0 {
+		f.endStore()
+		return out, nil
+	}
+	return out, &Item{Key: n.prefix + key, Value: m.raw, TTL: ttl}
+}
+
+// writeShared writes items to the shared tier; a failure is counted, never
+// returned: a write never fails a read.
+func (n *Namespace) writeShared(ctx context.Context, items ...Item) {
+	if err := n.c.opts.Shared.Set(ctx, items...); err != nil {
+		for range items {
+			n.countTierError(err, evSharedSetError)
+		}
 	}
 }
 
@@ -425,38 +472,6 @@ func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negat
 	raw := AppendEntry(make([]byte, 0, envelopeHeader+len(val)), e)
 	m, _ := decodeMeta(raw) // cannot fail: just encoded
 	return m
-}
-
-// store writes a loaded entry to every tier, unless the key was invalidated
-// after the flight began, and answers the flight's readers as soon as the
-// local tiers have it: they do not wait for the shared tier's write, which
-// may be slow or failing (seed 000: a Redis failure during the put must
-// neither fail the read nor run the loader again).
-func (n *Namespace) store(ctx context.Context, f *flight, key string, m *meta) (Result, error) {
-	res, err := n.served(m, SourceLoaded)
-	if !f.beginStore() {
-		f.endStore()
-		n.ctr.inc(evDroppedStaleSet)
-		return res, err
-	}
-	defer f.endStore()
-	now := n.now()
-	n.putLocal(key, m, now)
-	f.publish(res, err)
-	if t := n.c.opts.Shared; t != nil {
-		ttl := time.Duration(m.hard - now)
-		if !m.negative {
-			// Kept past hard so that the tier itself can serve stale values
-			// when the loader fails while Redis is up.
-			ttl += n.p.StaleIfError
-		}
-		if ttl > 0 {
-			if err := t.Set(ctx, Item{Key: n.prefix + key, Value: m.raw, TTL: ttl}); err != nil {
-				n.countTierError(err, evSharedSetError)
-			}
-		}
-	}
-	return res, err
 }
 
 // storeLocal copies an entry read from the shared tier into this process's

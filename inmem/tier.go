@@ -24,6 +24,7 @@ type Tier struct {
 	items   map[string]item
 	failing error         // returned by every call while non-nil
 	stall   chan struct{} // while non-nil, calls block until it closes or ctx ends
+	stallW  chan struct{} // the same, for Set only
 	calls   Calls
 }
 
@@ -75,6 +76,26 @@ func (t *Tier) Stall() (thaw func()) {
 	}
 }
 
+// StallSets is Stall for Set calls only: reads answer, writes hang, as when
+// a server fails between a read and the write that follows it.
+func (t *Tier) StallSets() (thaw func()) {
+	ch := make(chan struct{})
+	t.mu.Lock()
+	t.stallW = ch
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			if t.stallW == ch {
+				t.stallW = nil
+			}
+			t.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
 // Calls returns how many calls of each kind the Tier received.
 func (t *Tier) Calls() Calls {
 	t.mu.Lock()
@@ -106,6 +127,9 @@ func (t *Tier) enter(ctx context.Context, count *int) error {
 	t.mu.Lock()
 	*count++
 	failing, stall := t.failing, t.stall
+	if count == &t.calls.Sets && t.stallW != nil {
+		stall = t.stallW
+	}
 	t.mu.Unlock()
 	if stall != nil {
 		select {
