@@ -150,6 +150,12 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 	if len(toLoad) == 0 {
 		return
 	}
+	// Versions are read before the source, one key at a time: batches are
+	// rarely large and a Coordinator's Version is one round trip.
+	versions := make([]version, len(keys))
+	for _, i := range toLoad {
+		versions[i] = n.readVersion(ctx, keys[i], statuses[i])
+	}
 	if !n.acquire(ctx) {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
 		for _, i := range toLoad {
@@ -169,6 +175,7 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 	n.release()
 	n.observe(cost, err)
 	var writes []Item
+	var vers []version
 	var writers []*flight
 	for _, i := range toLoad {
 		var val []byte
@@ -184,13 +191,14 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 		outs[i], w = n.loaded(flights[i], keys[i], val, kerr, start, cost, fallbacks[i], now)
 		if w != nil {
 			writes = append(writes, *w)
+			vers = append(vers, versions[i])
 			writers = append(writers, flights[i])
 		}
 	}
 	// One pipelined write for the batch; each flight's store lock is held
 	// until it is done, so an invalidation cannot slip in between.
 	if len(writes) > 0 {
-		n.writeShared(ctx, writes...)
+		n.writeShared(ctx, writes, vers)
 	}
 	for _, f := range writers {
 		f.endStore()

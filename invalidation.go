@@ -116,7 +116,7 @@ func (n *Namespace) replayPending(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.c.opts.ReplayInterval)
 	defer cancel()
-	if err := n.c.opts.Shared.Delete(ctx, qualified...); err != nil {
+	if err := n.deleteShared(ctx, qualified...); err != nil {
 		n.countTierError(err, evSharedDelError)
 		return
 	}

@@ -45,6 +45,9 @@ type Stats struct {
 	PendingDeletes    uint64 // invalidations waiting to be replayed on the shared tier (a gauge)
 	ReplayedDeletes   uint64 // invalidations replayed on the shared tier after it recovered
 	DroppedDeletes    uint64 // invalidations that did not fit in the replay queue
+	LeasesTaken       uint64 // loads this process made holding the key's lease
+	LeaseWaits        uint64 // reads that found another process's lease and waited for its value
+	LeaseGaveUp       uint64 // lease waits that ran out (the holder died or was slow) and loaded instead
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // bytes now in the hot tier (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
@@ -77,6 +80,9 @@ const (
 	evTooLarge
 	evReplayedDeletes
 	evDroppedDeletes
+	evLeaseTaken
+	evLeaseWaits
+	evLeaseGaveUp
 	numEvents
 )
 
@@ -157,5 +163,8 @@ func (c *counters) snapshot() Stats {
 		TooLarge:         c.sum(evTooLarge),
 		ReplayedDeletes:  c.sum(evReplayedDeletes),
 		DroppedDeletes:   c.sum(evDroppedDeletes),
+		LeasesTaken:      c.sum(evLeaseTaken),
+		LeaseWaits:       c.sum(evLeaseWaits),
+		LeaseGaveUp:      c.sum(evLeaseGaveUp),
 	}
 }

@@ -2,6 +2,8 @@ package holdfast
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -26,6 +28,7 @@ type Namespace struct {
 	limit   *limiter // this namespace's own cap, or nil
 	ctr     *counters
 	pending pendingDeletes
+	coord   Coordinator // the shared tier, when it coordinates processes
 }
 
 // entryOverhead approximates what one cached entry costs beyond its bytes (map
@@ -45,6 +48,7 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	if !p.Hot.Disabled {
 		n.hot = local.New[meta](p.Hot.MaxBytes)
 	}
+	n.coord, _ = c.opts.Shared.(Coordinator)
 	if p.StaleIfError > 0 && p.LastKnownGoodBytes > 0 {
 		n.lkg = local.New[meta](p.LastKnownGoodBytes)
 	}
@@ -223,6 +227,16 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	if done {
 		return out.res, out.err
 	}
+	ver := n.readVersion(ctx, key, status)
+	if n.p.Lease.Enabled && n.coord != nil && status == tierMiss && !f.published {
+		out, done, token := n.leaseOrWait(ctx, f, key)
+		if done {
+			return out.res, out.err
+		}
+		if token != "" {
+			defer n.releaseLease(key, token)
+		}
+	}
 	if !n.acquire(ctx) {
 		n.ctr.inc(evRejected)
 		return n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
@@ -235,7 +249,7 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	n.observe(cost, err)
 	out, write := n.loaded(f, key, val, err, start, cost, fallback, now)
 	if write != nil {
-		n.writeShared(ctx, *write)
+		n.writeShared(ctx, []Item{*write}, []version{ver})
 		f.endStore()
 	}
 	return out.res, out.err
@@ -375,13 +389,114 @@ func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start t
 }
 
 // writeShared writes items to the shared tier; a failure is counted, never
-// returned: a write never fails a read.
-func (n *Namespace) writeShared(ctx context.Context, items ...Item) {
-	if err := n.c.opts.Shared.Set(ctx, items...); err != nil {
-		for range items {
+// returned: a write never fails a read. With a Coordinator each item is
+// written only if its key's version is still the one read before the load;
+// an item whose version could not be read is not written at all, since it
+// might overwrite an invalidation.
+func (n *Namespace) writeShared(ctx context.Context, items []Item, vers []version) {
+	if n.coord == nil {
+		if err := n.c.opts.Shared.Set(ctx, items...); err != nil {
+			for range items {
+				n.countTierError(err, evSharedSetError)
+			}
+		}
+		return
+	}
+	for i, it := range items {
+		if !vers[i].known {
+			continue
+		}
+		stored, err := n.coord.SetIfVersion(ctx, it, vers[i].v)
+		switch {
+		case err != nil:
 			n.countTierError(err, evSharedSetError)
+		case !stored:
+			n.ctr.inc(evDroppedStaleSet)
 		}
 	}
+}
+
+// version is a key's invalidation version as read before a load.
+type version struct {
+	v     uint64
+	known bool
+}
+
+// readVersion reads key's version before the source is read, when the
+// shared tier is a Coordinator that answered the read just made.
+func (n *Namespace) readVersion(ctx context.Context, key string, status tierStatus) version {
+	if n.coord == nil || status == tierDown {
+		return version{}
+	}
+	v, err := n.coord.Version(ctx, n.prefix+key)
+	if err != nil {
+		n.countTierError(err, evSharedError)
+		return version{}
+	}
+	return version{v, true}
+}
+
+// leaseOrWait takes key's lease or, while another process holds it, waits
+// for that process to store the value, polling the shared tier. done means
+// the value arrived; otherwise the caller loads, holding the lease when
+// token is not empty. A waiting process takes the lease as soon as it is
+// free, so a holder that died stalls the key for at most the lease TTL.
+func (n *Namespace) leaseOrWait(ctx context.Context, f *flight, key string) (out outcome, done bool, token string) {
+	qkey := n.prefix + key
+	token = newLeaseToken()
+	deadline := time.Now().Add(n.p.Lease.TTL + n.p.Lease.Poll)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	<-poll.C
+	for waited := false; ; waited = true {
+		got, err := n.coord.Lease(ctx, qkey, token, n.p.Lease.TTL)
+		if err != nil {
+			// The tier is failing: leases are skipped, the load goes on.
+			n.countTierError(err, evSharedError)
+			return outcome{}, false, ""
+		}
+		if got {
+			n.ctr.inc(evLeaseTaken)
+			return outcome{}, false, token
+		}
+		if !waited {
+			n.ctr.inc(evLeaseWaits)
+		}
+		if time.Now().After(deadline) {
+			n.ctr.inc(evLeaseGaveUp)
+			return outcome{}, false, ""
+		}
+		poll.Reset(n.p.Lease.Poll)
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			return outcome{}, false, ""
+		}
+		m, status := n.sharedGet(ctx, key)
+		now := n.now()
+		switch {
+		case status == tierDown:
+			return outcome{}, false, ""
+		case status == tierHit && now < m.hard:
+			n.storeLocal(f, key, &m, now)
+			res, err := n.served(&m, SourceShared)
+			return outcome{res, err}, true, ""
+		}
+	}
+}
+
+func (n *Namespace) releaseLease(key, token string) {
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
+	if err := n.coord.Release(ctx, n.prefix+key, token); err != nil {
+		n.countTierError(err, evSharedDelError)
+	}
+}
+
+func newLeaseToken() string {
+	var b [16]byte
+	crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // failed answers a read whose load failed or was rejected: with the newest
@@ -524,8 +639,8 @@ func (n *Namespace) Invalidate(ctx context.Context, key string) error {
 	if n.lkg != nil {
 		n.lkg.Delete(key)
 	}
-	if t := n.c.opts.Shared; t != nil {
-		if err := t.Delete(ctx, n.prefix+key); err != nil {
+	if n.c.opts.Shared != nil {
+		if err := n.deleteShared(ctx, n.prefix+key); err != nil {
 			n.countTierError(err, evSharedDelError)
 			if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
 				n.ctr.inc(evDroppedDeletes)
@@ -535,4 +650,13 @@ func (n *Namespace) Invalidate(ctx context.Context, key string) error {
 		}
 	}
 	return nil
+}
+
+// deleteShared removes qualified keys from the shared tier, bumping their
+// versions when the tier is a Coordinator.
+func (n *Namespace) deleteShared(ctx context.Context, keys ...string) error {
+	if n.coord != nil {
+		return n.coord.Invalidate(ctx, keys...)
+	}
+	return n.c.opts.Shared.Delete(ctx, keys...)
 }

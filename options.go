@@ -89,6 +89,10 @@ type Policy struct {
 	// cache-wide cap. Default 0: only the cache-wide cap applies.
 	MaxConcurrentLoads int
 
+	// Lease coalesces this namespace's loads across processes through the
+	// shared tier, when it is a Coordinator.
+	Lease LeasePolicy
+
 	// Hot configures this namespace's in-process hot tier.
 	Hot HotPolicy
 
@@ -118,6 +122,23 @@ type HotPolicy struct {
 	MaxBytes int64
 	// Admit decides which keys enter the hot tier. Default nil: every key.
 	Admit func(key string) bool
+}
+
+// LeasePolicy configures per-key leases: on a shared-tier miss, a process
+// takes the key's lease before loading; the others wait for the value
+// instead of loading too (seed 000: Spring's locking writer coalesced across
+// JVMs but with one lock per cache name and no TTL; these are per key and
+// expire by themselves). Leases never delay hits or other keys, and are
+// skipped while the shared tier fails.
+type LeasePolicy struct {
+	// Enabled turns leases on. Default off.
+	Enabled bool
+	// TTL is how long a lease lasts if its holder never releases it (a
+	// process killed mid-load). Default LoadTimeout + 1 s.
+	TTL time.Duration
+	// Poll is how often a process waiting for another's load reads the
+	// shared tier (and tries to take an expired lease). Default 10 ms.
+	Poll time.Duration
 }
 
 // EarlyRefresh chooses how refreshes are spread before the soft time.
@@ -208,6 +229,15 @@ func (p Policy) withDefaults() (Policy, error) {
 	}
 	if p.MaxConcurrentLoads < 0 {
 		bad("MaxConcurrentLoads %d is negative", p.MaxConcurrentLoads)
+	}
+	if p.Lease.TTL < 0 || p.Lease.Poll < 0 {
+		bad("Lease.TTL %v or Lease.Poll %v is negative", p.Lease.TTL, p.Lease.Poll)
+	}
+	if p.Lease.TTL == 0 {
+		p.Lease.TTL = p.LoadTimeout + time.Second
+	}
+	if p.Lease.Poll == 0 {
+		p.Lease.Poll = 10 * time.Millisecond
 	}
 	if p.Hot.TTL == 0 {
 		p.Hot.TTL = DefaultHotTTL

@@ -53,3 +53,30 @@ type Item struct {
 	Value []byte
 	TTL   time.Duration
 }
+
+// Coordinator is implemented by shared tiers that let processes coordinate
+// through them. The Cache uses it when the shared tier has it:
+//
+//   - Versioned writes guard against the stale set: a process reads a key's
+//     version before it reads the source, and its write is refused if the
+//     key was invalidated (its version bumped) since, by any process. So a
+//     value read from the database before an invalidation never lands in the
+//     shared tier after it. (Facebook's memcache leases, NSDI 2013, solve the
+//     same race with tokens.)
+//   - Leases coalesce loads across processes, per key (Policy.Lease).
+type Coordinator interface {
+	Tier
+	// Version returns key's invalidation version: 0 until the key is first
+	// invalidated (or after its version has expired), then 1, 2, ...
+	Version(ctx context.Context, key string) (uint64, error)
+	// SetIfVersion writes item only if its key's version is still version,
+	// atomically, and reports whether it did.
+	SetIfVersion(ctx context.Context, item Item, version uint64) (bool, error)
+	// Invalidate deletes keys and bumps their versions, atomically per key.
+	Invalidate(ctx context.Context, keys ...string) error
+	// Lease takes key's lease with token for ttl if no one holds it, and
+	// reports whether it did. A lease expires by itself after ttl.
+	Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	// Release gives the lease up if token still holds it.
+	Release(ctx context.Context, key, token string) error
+}

@@ -1,5 +1,6 @@
-// Package inmem is an in-memory holdfast.Tier for tests and examples: a map
-// with expiry standing in for Redis, plus switches that make it fail or stall
+// Package inmem is an in-memory holdfast.Tier (and holdfast.Coordinator) for
+// tests and examples: a map with expiry standing in for Redis, shared by
+// several Caches to stand for several processes, plus switches that make it fail or stall
 // so the read path's failure handling can be tested without a network. The
 // failure tests against a real redis-server are in package redis.
 package inmem
@@ -20,12 +21,14 @@ var ErrInjected = errors.New("inmem: injected failure")
 type Tier struct {
 	now func() time.Time
 
-	mu      sync.Mutex
-	items   map[string]item
-	failing error         // returned by every call while non-nil
-	stall   chan struct{} // while non-nil, calls block until it closes or ctx ends
-	stallW  chan struct{} // the same, for Set only
-	calls   Calls
+	mu       sync.Mutex
+	items    map[string]item
+	versions map[string]uint64 // invalidation versions (Coordinator)
+	leases   map[string]lease
+	failing  error         // returned by every call while non-nil
+	stall    chan struct{} // while non-nil, calls block until it closes or ctx ends
+	stallW   chan struct{} // the same, for Set only
+	calls    Calls
 }
 
 type item struct {
@@ -36,6 +39,7 @@ type item struct {
 // Calls counts the calls a Tier received.
 type Calls struct {
 	Gets, GetManys, Sets, Deletes int
+	Versions, Leases, Releases    int
 }
 
 var _ holdfast.Tier = (*Tier)(nil)
@@ -191,3 +195,81 @@ func (t *Tier) Delete(ctx context.Context, keys ...string) error {
 
 // Close implements holdfast.Tier.
 func (t *Tier) Close() error { return nil }
+
+var _ holdfast.Coordinator = (*Tier)(nil)
+
+// Version implements holdfast.Coordinator.
+func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
+	if err := t.enter(ctx, &t.calls.Versions); err != nil {
+		return 0, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.versions[key], nil
+}
+
+// SetIfVersion implements holdfast.Coordinator.
+func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+	if err := t.enter(ctx, &t.calls.Sets); err != nil {
+		return false, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.versions[it.Key] != version {
+		return false, nil
+	}
+	t.items[it.Key] = item{append([]byte(nil), it.Value...), t.now().Add(it.TTL)}
+	return true, nil
+}
+
+// Invalidate implements holdfast.Coordinator.
+func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
+	if err := t.enter(ctx, &t.calls.Deletes); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.versions == nil {
+		t.versions = make(map[string]uint64)
+	}
+	for _, k := range keys {
+		delete(t.items, k)
+		t.versions[k]++
+	}
+	return nil
+}
+
+// Lease implements holdfast.Coordinator.
+func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if err := t.enter(ctx, &t.calls.Leases); err != nil {
+		return false, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l, ok := t.leases[key]; ok && t.now().Before(l.expires) {
+		return false, nil
+	}
+	if t.leases == nil {
+		t.leases = make(map[string]lease)
+	}
+	t.leases[key] = lease{token, t.now().Add(ttl)}
+	return true, nil
+}
+
+// Release implements holdfast.Coordinator.
+func (t *Tier) Release(ctx context.Context, key, token string) error {
+	if err := t.enter(ctx, &t.calls.Releases); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.leases[key].token == token {
+		delete(t.leases, key)
+	}
+	return nil
+}
+
+type lease struct {
+	token   string
+	expires time.Time
+}
