@@ -117,6 +117,11 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 
 	metas := make([]meta, len(keys))
 	statuses := make([]tierStatus, len(keys))
+	if n.c.opts.Shared == nil {
+		for i := range statuses {
+			statuses[i] = tierNone
+		}
+	}
 	if t := n.c.opts.Shared; t != nil {
 		qualified := make([]string, len(pending))
 		for j, i := range pending {
@@ -159,7 +164,7 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 	if !n.acquire(ctx) {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
 		for _, i := range toLoad {
-			res, err := n.failed(flights[i], keys[i], fallbacks[i], now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, keys[i], ErrOverloaded))
+			res, err := n.failed(flights[i], keys[i], fallbacks[i], fmt.Errorf("holdfast: %s: load of %q: %w", n.name, keys[i], ErrOverloaded))
 			outs[i] = outcome{res, err}
 		}
 		return
@@ -188,7 +193,7 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 			kerr = ErrNotFound
 		}
 		var w *Item
-		outs[i], w = n.loaded(flights[i], keys[i], val, kerr, start, cost, fallbacks[i], now)
+		outs[i], w = n.loaded(flights[i], keys[i], val, kerr, start, cost, fallbacks[i])
 		if w != nil {
 			writes = append(writes, *w)
 			vers = append(vers, versions[i])

@@ -42,7 +42,8 @@ const (
 	// loader failed, timed out or was rejected).
 	SourceStaleOnError
 	// SourceLocal: a value within its hard time from this process's
-	// last-known-good store, served because the shared tier is failing.
+	// last-known-good store, served because the shared tier is failing (or
+	// absent, for a key the hot tier does not hold).
 	SourceLocal
 )
 

@@ -77,7 +77,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // write happens after its readers have their answer.
 func settle(t *testing.T, ns *holdfast.Namespace, key string) {
 	t.Helper()
-	eventually(t, "the flight for "+key+" to end", func() bool { return !ns.InFlight(key) })
+	eventually(t, "the flight for "+key+" to end", func() bool { return !ns.Loading(key) })
 }
 
 // mustGet reads key and fails the test on an error. When the read loaded
@@ -787,4 +787,25 @@ func TestTyped(t *testing.T) {
 			t.Fatalf("typed get: %+v %v %s %v", p, res.Source, res.Value, err)
 		}
 	}
+}
+
+// Without a shared tier, stale-while-revalidate serves from the
+// last-known-good store: the hot tier drops a value at its soft time.
+func TestStaleWhileRevalidateWithoutSharedTier(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: time.Second, TTL: 5 * time.Second})
+	l := &countingLoader{}
+	mustGet(t, ns, "s1", l)
+	clk.Advance(2 * time.Second)
+	l.gate = make(chan struct{})
+	res := mustGet(t, ns, "s1", l)
+	if res.Source != holdfast.SourceStale || string(res.Value) != "v1:s1" {
+		t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
+	}
+	close(l.gate)
+	eventually(t, "the refresh", func() bool {
+		res, err := ns.Get(context.Background(), "s1", l)
+		return err == nil && string(res.Value) == "v2:s1"
+	})
 }

@@ -49,11 +49,22 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		n.hot = local.New[meta](p.Hot.MaxBytes)
 	}
 	n.coord, _ = c.opts.Shared.(Coordinator)
-	if p.StaleIfError > 0 && p.LastKnownGoodBytes > 0 {
-		n.lkg = local.New[meta](p.LastKnownGoodBytes)
+	// Without a shared tier, the last-known-good store is also where a value
+	// waits between its soft and hard time (the hot tier drops it at soft),
+	// so stale-while-revalidate needs it even with no stale-if-error window.
+	if size := p.LastKnownGoodBytes; p.StaleIfError > 0 || (c.opts.Shared == nil && p.SoftTTL < p.TTL) {
+		if size == 0 {
+			size = DefaultLastKnownGoodBytes
+		}
+		n.lkg = local.New[meta](size)
 	}
 	return n
 }
+
+// Loading reports whether a fetch of key is in progress in this process,
+// its shared-tier write included. Readers do not wait for that write; tests
+// that go on to break the tier or move the clock can wait for it with this.
+func (n *Namespace) Loading(key string) bool { return n.flights.inProgress(key) }
 
 // Name returns the namespace's name.
 func (n *Namespace) Name() string { return n.name }
@@ -210,6 +221,7 @@ const (
 	tierMiss tierStatus = iota
 	tierHit
 	tierDown
+	tierNone // there is no shared tier
 )
 
 // resolve is the body of a flight: the tiers checked again, then the loader.
@@ -218,7 +230,7 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	if out, ok := n.recheckHot(key, now, refreshOf); ok {
 		return out.res, out.err
 	}
-	status := tierMiss
+	status := tierNone
 	var m meta
 	if n.c.opts.Shared != nil {
 		m, status = n.sharedGet(ctx, key)
@@ -239,7 +251,7 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	}
 	if !n.acquire(ctx) {
 		n.ctr.inc(evRejected)
-		return n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
+		return n.failed(f, key, fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
 	}
 	n.ctr.inc(evLoad)
 	start := n.c.clock.Now()
@@ -247,7 +259,7 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	cost := n.c.clock.Now().Sub(start)
 	n.release()
 	n.observe(cost, err)
-	out, write := n.loaded(f, key, val, err, start, cost, fallback, now)
+	out, write := n.loaded(f, key, val, err, start, cost, fallback)
 	if write != nil {
 		n.writeShared(ctx, []Item{*write}, []version{ver})
 		f.endStore()
@@ -293,7 +305,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 		if !m.negative {
 			fallback = m
 		}
-	case tierDown:
+	case tierDown, tierNone:
 		if refreshOf != 0 || n.lkg == nil {
 			break
 		}
@@ -338,7 +350,7 @@ func (n *Namespace) countTierError(err error, ev event) {
 // f.endStore. Readers do not wait for that write, which may be slow or
 // failing (seed 000: a Redis failure during the put must neither fail the
 // read nor run the loader again).
-func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start time.Time, cost time.Duration, fallback *meta, now int64) (out outcome, write *Item) {
+func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start time.Time, cost time.Duration, fallback *meta) (out outcome, write *Item) {
 	var m meta
 	switch {
 	case err == nil:
@@ -357,7 +369,7 @@ func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start t
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))
 		}
-		res, err := n.failed(f, key, fallback, now, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
+		res, err := n.failed(f, key, fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
 		return outcome{res, err}, nil
 	}
 	res, rerr := n.served(&m, SourceLoaded)
@@ -368,7 +380,7 @@ func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start t
 		f.publish(res, rerr)
 		return out, nil
 	}
-	now = n.now()
+	now := n.now()
 	n.putLocal(key, &m, now)
 	f.publish(res, rerr)
 	if n.c.opts.Shared == nil {
@@ -501,7 +513,11 @@ func newLeaseToken() string {
 
 // failed answers a read whose load failed or was rejected: with the newest
 // stale value still allowed, else with err.
-func (n *Namespace) failed(f *flight, key string, fallback *meta, now int64, err error) (Result, error) {
+//
+// The time is read afresh: a load may have run for up to its timeout, and
+// its readers' hard times may have passed meanwhile.
+func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Result, error) {
+	now := n.now()
 	best := fallback
 	if n.lkg != nil {
 		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {

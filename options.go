@@ -98,7 +98,9 @@ type Policy struct {
 
 	// LastKnownGoodBytes bounds the in-process store of last good values
 	// that stale-if-error serves from. Default 32 MiB when StaleIfError is
-	// set, else 0 (no store). Values are kept as encoded bytes.
+	// set, or when the cache has no shared tier and SoftTTL < TTL (the store
+	// then also holds values between soft and hard); else no store. Values
+	// are kept as encoded bytes.
 	LastKnownGoodBytes int64
 
 	// MaxValueBytes refuses loaded values larger than this with ErrTooLarge;
