@@ -1,0 +1,314 @@
+// Command catalogd serves the product catalog over HTTP, reading through
+// holdfast: embedded SQLite by default, PostgreSQL with -postgres-dsn, Redis
+// as the shared tier with -redis.
+//
+//	go run ./cmd/catalogd                         # SQLite under the user cache dir, in-process tiers
+//	go run ./cmd/catalogd -redis 127.0.0.1:6379 -postgres-dsn postgres://…
+//
+// Every flag can also be given as an environment variable: CATALOGD_ and the
+// flag's name in capitals with '-' as '_' (-data-dir is CATALOGD_DATA_DIR).
+// A flag on the command line wins over its variable. `catalogd -h` lists
+// them. SIGINT or SIGTERM stops accepting connections, drains the requests
+// in flight (up to -shutdown-timeout) and closes the cache, Redis and the
+// database, in that order.
+//
+// This file only wires: the service is package
+// github.com/holdfast-dev/holdfast/http, the stores are packages sqlite and
+// postgres.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/catalog"
+	cdhttp "github.com/holdfast-dev/holdfast/http"
+	"github.com/holdfast-dev/holdfast/postgres"
+	hfprom "github.com/holdfast-dev/holdfast/prometheus"
+	"github.com/holdfast-dev/holdfast/redis"
+	"github.com/holdfast-dev/holdfast/sqlite"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	m := NewMain()
+	if err := m.ParseFlags(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "catalogd:", err)
+		os.Exit(2)
+	}
+	if err := m.Run(ctx); err != nil {
+		m.Logger.Error("catalogd failed to start", "error", err)
+		m.Close()
+		os.Exit(1)
+	}
+	<-ctx.Done()
+	stop() // a second signal now kills the process at once
+	m.Logger.Info("catalogd shutting down: draining requests in flight", "timeout", m.Config.ShutdownTimeout)
+	if err := m.Close(); err != nil {
+		m.Logger.Error("catalogd shutdown", "error", err)
+		os.Exit(1)
+	}
+	m.Logger.Info("catalogd stopped")
+}
+
+// Config is catalogd's configuration, filled by ParseFlags.
+type Config struct {
+	Addr            string
+	DataDir         string
+	PostgresDSN     string
+	Redis           string
+	RedisKeyPrefix  string
+	MaxLoads        int
+	HotTTL          time.Duration
+	Policies        cdhttp.Policies
+	ShutdownTimeout time.Duration
+	Pprof           bool
+	LogLevel        string
+	LogFormat       string
+}
+
+// Main is the program: flags in, a serving process out, closed on a signal.
+type Main struct {
+	Config Config
+	Stderr io.Writer
+	Logger *slog.Logger
+
+	store   catalog.Store
+	tier    *redis.Tier
+	cache   *holdfast.Cache
+	handler *cdhttp.Handler
+	server  *cdhttp.Server
+}
+
+// NewMain returns a Main writing its logs to os.Stderr.
+func NewMain() *Main {
+	return &Main{Stderr: os.Stderr, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+}
+
+// defaultDataDir is where the SQLite file lives without -data-dir: under
+// the user's cache directory, since the generated catalog can always be
+// recreated, else ./data.
+func defaultDataDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "catalogd")
+	}
+	return "data"
+}
+
+// envName is the environment variable standing for a flag.
+func envName(flagName string) string {
+	return "CATALOGD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ParseFlags reads args, then the environment for every flag args did not
+// set. It returns flag.ErrHelp after printing the usage for -h.
+func (m *Main) ParseFlags(args []string) error {
+	c := &m.Config
+	d := cdhttp.DefaultPolicies()
+	fs := flag.NewFlagSet("catalogd", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.StringVar(&c.Addr, "addr", ":8080", "address to listen on")
+	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "directory of the SQLite file (catalog.db); unused with -postgres-dsn")
+	fs.StringVar(&c.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN (URL or key=value); empty uses embedded SQLite")
+	fs.StringVar(&c.Redis, "redis", "", "comma-separated Redis addresses, standalone or Cluster (detected); empty runs on in-process tiers only")
+	fs.StringVar(&c.RedisKeyPrefix, "redis-key-prefix", "catalogd:", "prefix of every Redis key, to share a Redis with other applications")
+	fs.IntVar(&c.MaxLoads, "max-loads", 0, "database loads on cache misses allowed at once per process; over it a miss gets a stale value or 503 (0: 4 × GOMAXPROCS)")
+	fs.DurationVar(&c.HotTTL, "hot-ttl", 10*time.Second, "with -redis: how long a value stays in the in-process hot tier, which bounds how long other instances serve a product after an update")
+	fs.DurationVar(&c.Policies.Product.TTL, "product-ttl", d.Product.TTL, "product info: time to live")
+	fs.DurationVar(&c.Policies.Product.StaleIfError, "product-stale-if-error", d.Product.StaleIfError, "product info: how long past its TTL a value may be served when fresh data cannot be had (database failing, load limit reached)")
+	fs.DurationVar(&c.Policies.Stock.TTL, "stock-ttl", d.Stock.TTL, "stock: time to live")
+	fs.DurationVar(&c.Policies.Stock.SoftTTL, "stock-soft-ttl", d.Stock.SoftTTL, "stock: age after which a value is refreshed (≤ -stock-ttl): in the background with -redis; without it by the next read, which keeps the old value if the load limit rejects the refresh")
+	fs.DurationVar(&c.Policies.Stock.StaleIfError, "stock-stale-if-error", d.Stock.StaleIfError, "stock: how long past its TTL a value may be served when fresh data cannot be had (database failing, load limit reached)")
+	fs.DurationVar(&c.Policies.List.TTL, "list-ttl", d.List.TTL, "list pages: time to live")
+	fs.DurationVar(&c.Policies.List.StaleIfError, "list-stale-if-error", d.List.StaleIfError, "list pages: how long past its TTL a page may be served when fresh data cannot be had (database failing, load limit reached)")
+	fs.DurationVar(&c.Policies.Search.TTL, "search-ttl", d.Search.TTL, "search results: time to live")
+	fs.DurationVar(&c.Policies.Search.StaleIfError, "search-stale-if-error", d.Search.StaleIfError, "search results: how long past its TTL a result may be served when fresh data cannot be had (database failing, load limit reached)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for requests in flight")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug (logs every request), info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: catalogd [flags]\n\nEvery flag may be set by its environment variable instead; a flag given here wins.\n\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			fmt.Fprintf(fs.Output(), "  -%s (%s, default %q)\n    \t%s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return m.configureLogger()
+}
+
+func (m *Main) configureLogger() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(m.Config.LogLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch m.Config.LogFormat {
+	case "text":
+		m.Logger = slog.New(slog.NewTextHandler(m.Stderr, opts))
+	case "json":
+		m.Logger = slog.New(slog.NewJSONHandler(m.Stderr, opts))
+	default:
+		return fmt.Errorf("-log-format %q is not text or json", m.Config.LogFormat)
+	}
+	return nil
+}
+
+// Run opens the database (migrating and seeding it on first start), Redis
+// if configured, the cache and the HTTP server, and returns once the server
+// is listening. Close undoes it.
+func (m *Main) Run(ctx context.Context) error {
+	c := m.Config
+	log := m.Logger
+	start := time.Now()
+	var err error
+	if c.PostgresDSN != "" {
+		db, err := postgres.Open(ctx, c.PostgresDSN, nil)
+		if err != nil {
+			return err
+		}
+		m.store = db
+		log.Info("database: PostgreSQL", "took", time.Since(start).Round(time.Millisecond))
+	} else {
+		path := filepath.Join(c.DataDir, "catalog.db")
+		db, err := sqlite.Open(ctx, path, nil)
+		if err != nil {
+			return err
+		}
+		m.store = db
+		log.Info("database: SQLite", "path", path, "took", time.Since(start).Round(time.Millisecond))
+	}
+
+	hotTTL := c.HotTTL
+	var shared holdfast.Tier
+	if c.Redis != "" {
+		addrs := strings.Split(c.Redis, ",")
+		for i := range addrs {
+			addrs[i] = strings.TrimSpace(addrs[i])
+		}
+		if m.tier, err = redis.New(redis.Options{Addrs: addrs, KeyPrefix: c.RedisKeyPrefix}); err != nil {
+			return fmt.Errorf("redis %s: %w", c.Redis, err)
+		}
+		shared = m.tier
+		log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", hotTTL)
+	} else {
+		// Without a shared tier the hot tier is the only cache, so it keeps
+		// each value as long as the policy allows: a shorter hot TTL would
+		// only send reads to the database sooner. No other instance can be
+		// told of an update then; each serves its copy until its TTL.
+		hotTTL = 0
+		log.Warn("no -redis: running on in-process tiers only; each instance caches on its own and updates reach other instances only when their TTLs end")
+	}
+
+	reg := prometheus.NewRegistry()
+	exp := hfprom.NewExporter()
+	if err := errors.Join(
+		reg.Register(collectors.NewGoCollector()),
+		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
+		reg.Register(exp),
+	); err != nil {
+		return err
+	}
+	m.cache, err = holdfast.New(holdfast.Options{Shared: shared, MaxConcurrentLoads: c.MaxLoads, Recorder: exp, Logger: log})
+	if err != nil {
+		return err
+	}
+	exp.Watch(m.cache)
+
+	p := c.Policies
+	for _, pol := range []*holdfast.Policy{&p.Product, &p.Stock, &p.List, &p.Search} {
+		pol.Hot.TTL = hotTTL
+		if hotTTL == 0 {
+			pol.Hot.TTL = pol.TTL // capped at the soft time by holdfast
+		}
+	}
+	var checks []cdhttp.Check
+	if m.tier != nil {
+		tier := m.tier
+		checks = append(checks, cdhttp.Check{Name: "redis", Func: func(ctx context.Context) error {
+			// A miss is a healthy answer; only an error means trouble.
+			_, _, err := tier.Get(ctx, "readyz")
+			return err
+		}})
+	}
+	m.handler, err = cdhttp.NewHandler(cdhttp.Config{
+		Store:    m.store,
+		Cache:    m.cache,
+		Policies: p,
+		Logger:   log,
+		Registry: reg,
+		Checks:   checks,
+		Pprof:    c.Pprof,
+	})
+	if err != nil {
+		return err
+	}
+	m.server = cdhttp.NewServer(m.handler, log)
+	if err := m.server.Open(c.Addr); err != nil {
+		return err
+	}
+	log.Info("catalogd serving", "url", m.server.URL(), "pprof", c.Pprof, "max_loads", c.MaxLoads, "startup", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Close stops the server, draining requests for up to ShutdownTimeout, runs
+// the handler's pending second invalidations, then closes the cache (waiting
+// for its background refreshes), Redis and the database. It is safe after a
+// failed Run.
+func (m *Main) Close() error {
+	var errs []error
+	if m.server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		errs = append(errs, m.server.Close(ctx))
+		cancel()
+	}
+	if m.handler != nil {
+		// After the server, so no request schedules a new one; before the
+		// cache, which the pending invalidations still use.
+		errs = append(errs, m.handler.Close())
+	}
+	if m.cache != nil {
+		errs = append(errs, m.cache.Close())
+	}
+	if m.tier != nil {
+		errs = append(errs, m.tier.Close())
+	}
+	if m.store != nil {
+		errs = append(errs, m.store.Close())
+	}
+	return errors.Join(errs...)
+}

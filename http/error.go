@@ -1,0 +1,123 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/catalog"
+)
+
+// The codes of JSON error bodies. Clients branch on the code, never on the
+// message, so codes only ever get added.
+const (
+	codeInvalidID         = "invalid_id"
+	codeInvalidQuery      = "invalid_query"
+	codeQueryTooLong      = "query_too_long"
+	codeInvalidBody       = "invalid_body"
+	codeUnknownField      = "unknown_field"
+	codeMissingField      = "missing_field"
+	codeBodyTooLarge      = "body_too_large"
+	codeUnsupportedType   = "unsupported_media_type"
+	codeInvalidInput      = "invalid_input"
+	codeInvalidIfMatch    = "invalid_if_match"
+	codeVersionRequired   = "version_required"
+	codeNotFound          = "not_found"
+	codeNoRoute           = "no_route"
+	codeMethodNotAllowed  = "method_not_allowed"
+	codeVersionConflict   = "version_conflict"
+	codeInsufficientStock = "insufficient_stock"
+	codeOverloaded        = "overloaded"
+	codeTimeout           = "timeout"
+	codeClientClosed      = "client_closed_request"
+	codeInternal          = "internal"
+)
+
+// statusClientClosed is nginx's 499: the client left before the answer. It
+// only ever reaches the metrics and the log; the client is gone.
+const statusClientClosed = 499
+
+// apiError is an error whose status, code and message are meant for the
+// client: bad input found by this package.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// errorStatus maps an error to the HTTP status, code and message the client
+// sees. It is the only place where the error kinds of catalog and holdfast
+// meet HTTP. Messages of unexpected errors are not passed on: they name
+// tables, files and hosts.
+func errorStatus(err error) (status int, code, message string) {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae.status, ae.code, ae.message
+	case errors.Is(err, holdfast.ErrNotFound), errors.Is(err, catalog.ErrNotFound):
+		return http.StatusNotFound, codeNotFound, "no such product"
+	case errors.Is(err, catalog.ErrConflict):
+		return http.StatusConflict, codeVersionConflict, "the product changed underneath the request; read it again and retry"
+	case errors.Is(err, catalog.ErrInsufficientStock):
+		return http.StatusConflict, codeInsufficientStock, "not enough stock"
+	case errors.Is(err, catalog.ErrInvalid):
+		// Input is validated here before it reaches a store, so this is
+		// a store's own check: say what kind, not the store's wording.
+		return http.StatusBadRequest, codeInvalidInput, "invalid input"
+	case errors.Is(err, holdfast.ErrOverloaded):
+		return http.StatusServiceUnavailable, codeOverloaded, "the service is at its database load limit and has no cached copy to serve; retry later"
+	case errors.Is(err, holdfast.ErrTooLarge):
+		return http.StatusBadRequest, codeInvalidInput, "input too large"
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, codeTimeout, "the database did not answer in time"
+	case errors.Is(err, context.Canceled):
+		return statusClientClosed, codeClientClosed, "the request was cancelled"
+	}
+	return http.StatusInternalServerError, codeInternal, "internal error"
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// writeError writes err as a JSON error body with its status. 5xx are logged
+// at error level (at warn for an overload, which is the limiter doing its
+// job); 4xx are the client's business and are not logged beyond the request
+// log.
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	log := h.log
+	status, code, msg := errorStatus(err)
+	switch {
+	case status == http.StatusServiceUnavailable:
+		log.LogAttrs(r.Context(), slog.LevelWarn, "request rejected", slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+	case status >= 500:
+		log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("error", err.Error()))
+	}
+	var body errorBody
+	body.Error.Code, body.Error.Message = code, msg
+	b, _ := json.Marshal(body) // two strings: cannot fail
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Del("Content-Length")
+	if status == http.StatusServiceUnavailable {
+		hdr.Set("Retry-After", h.retryAfter)
+	}
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,157 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/holdfast-dev/holdfast/catalog"
+)
+
+// listProducts serves GET /v1/products?category=&page=&size=&sort=, one page
+// of active products. The query is normalized (catalog.ListQuery.Normalize)
+// before it becomes the cache key, so "?page=1" and "" share an entry.
+func (h *Handler) listProducts(w http.ResponseWriter, r *http.Request) {
+	q, err := parseListQuery(r.URL.Query())
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	res, err := h.list.Get(r.Context(), listKey(q), h.loadList)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	h.writeCached(w, res)
+}
+
+// single returns the one value of a query parameter; a repeated parameter
+// is refused rather than silently taking one of its values.
+func single(v url.Values, name string) (string, error) {
+	switch vs := v[name]; len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", errorf(http.StatusBadRequest, codeInvalidQuery, "%s is given more than once", name)
+}
+
+func parseListQuery(v url.Values) (catalog.ListQuery, error) {
+	var q catalog.ListQuery
+	var err error
+	if q.Category, err = single(v, "category"); err != nil {
+		return q, err
+	}
+	var sort string
+	if sort, err = single(v, "sort"); err != nil {
+		return q, err
+	}
+	q.Sort = catalog.Sort(sort)
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"page", &q.Page}, {"size", &q.Size}} {
+		s, err := single(v, p.name)
+		if err != nil {
+			return q, err
+		}
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return q, errorf(http.StatusBadRequest, codeInvalidQuery, "%s must be a positive integer", p.name)
+		}
+		*p.dst = n
+	}
+	q, err = q.Normalize()
+	if err != nil {
+		return q, errorf(http.StatusBadRequest, codeInvalidQuery, "%s", strings.TrimPrefix(err.Error(), catalog.ErrInvalid.Error()+": "))
+	}
+	return q, nil
+}
+
+// listKey is the cache key of a normalized query: every field explicit, in
+// a fixed order, the category escaped so that no value can fake another
+// field.
+func listKey(q catalog.ListQuery) string {
+	return "category=" + url.QueryEscape(q.Category) + "&page=" + strconv.Itoa(q.Page) +
+		"&size=" + strconv.Itoa(q.Size) + "&sort=" + url.QueryEscape(string(q.Sort))
+}
+
+func (h *Handler) listLoader(ctx context.Context, key string) ([]byte, error) {
+	v, err := url.ParseQuery(key)
+	if err != nil {
+		return nil, fmt.Errorf("catalogd http: bad list key %q: %w", key, err)
+	}
+	q, err := parseListQuery(v)
+	if err != nil {
+		return nil, fmt.Errorf("catalogd http: bad list key %q: %w", key, err)
+	}
+	page, err := h.store.Products(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(page)
+	return append(b, '\n'), err
+}
+
+// searchResponse is the body of GET /v1/search.
+type searchResponse struct {
+	Prefix string            `json:"prefix"`
+	Items  []catalog.Product `json:"items"`
+}
+
+// searchProducts serves GET /v1/search?q=, prefix autocomplete over product
+// names and codes returning at most Config.SearchLimit active products. The
+// cache key is the normalized prefix (catalog.NormalizePrefix: leading space
+// dropped, lower-cased, at most catalog.MaxPrefixLen runes) — the same
+// normalization the store searches with, so "RED", " red" and "red" share
+// one entry. Trailing space is kept, as the store keeps it: "red " asks for
+// names with a word starting "red".
+func (h *Handler) searchProducts(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	raw, err := single(v, "q")
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if len(raw) > MaxSearchQueryBytes {
+		h.writeError(w, r, errorf(http.StatusBadRequest, codeQueryTooLong, "q is longer than %d bytes", MaxSearchQueryBytes))
+		return
+	}
+	if n := utf8.RuneCountInString(strings.TrimLeftFunc(raw, unicode.IsSpace)); n > catalog.MaxPrefixLen {
+		h.writeError(w, r, errorf(http.StatusBadRequest, codeQueryTooLong, "q is longer than %d characters", catalog.MaxPrefixLen))
+		return
+	}
+	prefix, err := catalog.NormalizePrefix(raw)
+	if err != nil {
+		h.writeError(w, r, errorf(http.StatusBadRequest, codeInvalidQuery, "%s", strings.TrimPrefix(err.Error(), catalog.ErrInvalid.Error()+": ")))
+		return
+	}
+	res, err := h.search.Get(r.Context(), prefix, h.loadSearch)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	h.writeCached(w, res)
+}
+
+func (h *Handler) searchLoader(ctx context.Context, prefix string) ([]byte, error) {
+	items, err := h.store.Search(ctx, prefix, h.searchLimit)
+	if err != nil {
+		return nil, err
+	}
+	if items == nil {
+		items = []catalog.Product{}
+	}
+	b, err := json.Marshal(searchResponse{Prefix: prefix, Items: items})
+	return append(b, '\n'), err
+}

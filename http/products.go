@@ -1,0 +1,386 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/catalog"
+)
+
+// invalidateTimeout bounds the cache invalidation after a write. The write
+// has committed by then, so the invalidation runs even if the client has
+// gone (a cancelled request must not leave the old value cached), but it
+// must not hang on a frozen Redis either; the Redis tier's own write timeout
+// (100 ms) is normally what ends it.
+const invalidateTimeout = time.Second
+
+// parseID reads the {id} path value: 1 to 18 decimal digits, above zero. The
+// cache key is the canonical decimal form, so "007" and "7" share an entry.
+func parseID(r *http.Request) (int64, string, error) {
+	s := r.PathValue("id")
+	if len(s) == 0 || len(s) > maxIDDigits {
+		return 0, "", errorf(http.StatusBadRequest, codeInvalidID, "product id must be 1 to %d digits", maxIDDigits)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, "", errorf(http.StatusBadRequest, codeInvalidID, "product id %q is not a positive integer", s)
+		}
+	}
+	id, _ := strconv.ParseInt(s, 10, 64) // 18 digits cannot overflow
+	if id < 1 {
+		return 0, "", errorf(http.StatusBadRequest, codeInvalidID, "product id must be positive")
+	}
+	if s[0] == '0' {
+		s = strconv.FormatInt(id, 10)
+	}
+	return id, s, nil
+}
+
+// keyID turns a cache key back into the id; keys are only ever made by
+// parseID, so a failure here is a bug, reported as an error, not a panic.
+func keyID(key string) (int64, error) {
+	id, err := strconv.ParseInt(key, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("catalogd http: bad cache key %q: %w", key, err)
+	}
+	return id, nil
+}
+
+// notFound turns the store's ErrNotFound into holdfast's, which the cache
+// remembers for the namespace's NegativeTTL: repeated requests for an
+// unknown id do not reach the database.
+func notFound(err error) error {
+	if errors.Is(err, catalog.ErrNotFound) {
+		return fmt.Errorf("%w: %w", holdfast.ErrNotFound, err)
+	}
+	return err
+}
+
+func (h *Handler) productLoader(ctx context.Context, key string) ([]byte, error) {
+	id, err := keyID(key)
+	if err != nil {
+		return nil, err
+	}
+	p, err := h.store.Product(ctx, id)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	return json.Marshal(p)
+}
+
+func (h *Handler) stockLoader(ctx context.Context, key string) ([]byte, error) {
+	id, err := keyID(key)
+	if err != nil {
+		return nil, err
+	}
+	s, err := h.store.Stock(ctx, id)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	return json.Marshal(s)
+}
+
+// getProduct serves GET /v1/products/{id}: product info and stock, each read
+// through its namespace, spliced into {"product":…,"stock":…} without
+// decoding either. The two reads are sequential, not concurrent: on a cold
+// key each may need a load slot, and with a small load limit (seed 000's 1)
+// a concurrent pair would reject itself.
+//
+// Cache-Status has one member per part, told apart by key="product:<id>" and
+// key="stock:<id>"; Age is the age of the older part.
+func (h *Handler) getProduct(w http.ResponseWriter, r *http.Request) {
+	_, key, err := parseID(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	pr, err := h.product.Get(ctx, key, h.loadProduct)
+	if err != nil {
+		h.writeCachedError(w, r, err, pr, NamespaceProduct, key)
+		return
+	}
+	st, err := h.stock.Get(ctx, key, h.loadStock)
+	if err != nil {
+		h.writeCachedError(w, r, err, st, NamespaceStock, key)
+		return
+	}
+	now := h.clock.Now()
+	var sb [192]byte
+	status := appendCacheStatus(sb[:0], pr, now, NamespaceProduct+":"+key)
+	status = append(status, ", "...)
+	status = appendCacheStatus(status, st, now, NamespaceStock+":"+key)
+	hdr := w.Header()
+	setCacheHeaders(hdr, status, max(ageSeconds(pr, now), ageSeconds(st, now)))
+	const open, mid, end = `{"product":`, `,"stock":`, "}\n"
+	hdr["Content-Type"] = jsonContentType
+	hdr["Content-Length"] = []string{strconv.Itoa(len(open) + len(pr.Value) + len(mid) + len(st.Value) + len(end))}
+	// net/http buffers the writes; four calls cost no copy of the values.
+	io.WriteString(w, open)
+	w.Write(pr.Value)
+	io.WriteString(w, mid)
+	w.Write(st.Value)
+	io.WriteString(w, end)
+}
+
+// jsonContentType is shared by every JSON response; header values are never
+// modified after they are set.
+var jsonContentType = []string{"application/json"}
+
+// writeCachedError writes a read's error. A cached "not found" still says
+// where it came from: a negative entry is a cache hit too.
+func (h *Handler) writeCachedError(w http.ResponseWriter, r *http.Request, err error, res holdfast.Result, ns, key string) {
+	if res.NotFound {
+		now := h.clock.Now()
+		k := ""
+		if ns == NamespaceProduct || ns == NamespaceStock {
+			k = ns + ":" + key
+		}
+		setCacheHeaders(w.Header(), appendCacheStatus(nil, res, now, k), ageSeconds(res, now))
+	}
+	h.writeError(w, r, err)
+}
+
+// writeCached writes a single cached JSON value with its cache headers.
+func (h *Handler) writeCached(w http.ResponseWriter, res holdfast.Result) {
+	now := h.clock.Now()
+	var sb [96]byte
+	hdr := w.Header()
+	setCacheHeaders(hdr, appendCacheStatus(sb[:0], res, now, ""), ageSeconds(res, now))
+	hdr["Content-Type"] = jsonContentType
+	hdr["Content-Length"] = []string{strconv.Itoa(len(res.Value))}
+	w.Write(res.Value)
+}
+
+// updateRequest is the body of PUT /v1/products/{id}. Every product field is
+// required, as catalog.ProductUpdate replaces all four: a missing field is
+// an error, never a silent zero price. Version is the expected version when
+// no If-Match header is sent.
+type updateRequest struct {
+	Name       *string         `json:"name"`
+	PriceCents *int64          `json:"price_cents"`
+	Status     *catalog.Status `json:"status"`
+	Category   *string         `json:"category"`
+	Version    *int64          `json:"version"`
+}
+
+// updateProduct serves PUT /v1/products/{id}: it replaces the product's name,
+// price, status and category if its version is still the expected one (from
+// If-Match: "<version>", else the body's "version"; both given and different
+// is a 400; neither is a 428), and answers with the stored product and its
+// new version as ETag. A version that moved on is a 409.
+//
+// After the write commits it invalidates product info of this id, and only
+// that: the package documentation lists what is not invalidated and the
+// staleness bound of each.
+func (h *Handler) updateProduct(w http.ResponseWriter, r *http.Request) {
+	id, key, err := parseID(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	var req updateRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	var missing []string
+	for _, f := range []struct {
+		name string
+		nil  bool
+	}{{"name", req.Name == nil}, {"price_cents", req.PriceCents == nil}, {"status", req.Status == nil}, {"category", req.Category == nil}} {
+		if f.nil {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		h.writeError(w, r, errorf(http.StatusBadRequest, codeMissingField, "missing fields: %s", strings.Join(missing, ", ")))
+		return
+	}
+	u := catalog.ProductUpdate{Name: *req.Name, PriceCents: *req.PriceCents, Status: *req.Status, Category: *req.Category}
+	if err := u.Validate(); err != nil {
+		h.writeError(w, r, errorf(http.StatusBadRequest, codeInvalidInput, "%s", strings.TrimPrefix(err.Error(), catalog.ErrInvalid.Error()+": ")))
+		return
+	}
+	version, err := expectedVersion(r.Header.Get("If-Match"), req.Version)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	p, err := h.store.UpdateProduct(r.Context(), id, version, u)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	h.invalidate(h.product, key)
+	b, err := json.Marshal(p)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	hdr := w.Header()
+	hdr["Content-Type"] = jsonContentType
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("ETag", strconv.Quote(strconv.FormatInt(p.Version, 10)))
+	w.Write(append(b, '\n'))
+}
+
+// expectedVersion picks the version an update expects. If-Match carries one
+// strong entity tag, the decimal version in quotes, as this API's ETag does;
+// weak tags, lists and "*" are refused because a version check needs
+// exactly one version.
+func expectedVersion(ifMatch string, body *int64) (int64, error) {
+	var fromHeader *int64
+	if ifMatch != "" {
+		s := strings.TrimSpace(ifMatch)
+		if len(s) < 3 || s[0] != '"' || s[len(s)-1] != '"' {
+			return 0, errorf(http.StatusBadRequest, codeInvalidIfMatch, `If-Match must be one quoted version, like "3"`)
+		}
+		v, err := strconv.ParseInt(s[1:len(s)-1], 10, 64)
+		if err != nil || v < 1 {
+			return 0, errorf(http.StatusBadRequest, codeInvalidIfMatch, `If-Match must be one quoted version, like "3"`)
+		}
+		fromHeader = &v
+	}
+	switch {
+	case fromHeader != nil && body != nil && *fromHeader != *body:
+		return 0, errorf(http.StatusBadRequest, codeInvalidIfMatch, "If-Match %d and version %d disagree", *fromHeader, *body)
+	case fromHeader != nil:
+		return *fromHeader, nil
+	case body != nil:
+		if *body < 1 {
+			return 0, errorf(http.StatusBadRequest, codeInvalidInput, "version must be positive")
+		}
+		return *body, nil
+	}
+	return 0, errorf(http.StatusPreconditionRequired, codeVersionRequired, `send the version you read, as If-Match: "<version>" or a "version" field`)
+}
+
+// reserveRequest is the body of POST /v1/products/{id}/reserve.
+type reserveRequest struct {
+	Quantity int64 `json:"quantity"`
+}
+
+// reserve serves POST /v1/products/{id}/reserve: it takes stock in the
+// database with optimistic locking (catalog.Store.Reserve) and never through
+// the cache — the cached stock is a hint for pages, and only the database
+// decides whether an order gets its units (seed 000). Afterwards the stock
+// key is invalidated, also when the reservation failed for lack of stock,
+// because then the cached figure was evidently too high. It answers with
+// the stock after the reservation.
+func (h *Handler) reserve(w http.ResponseWriter, r *http.Request) {
+	id, key, err := parseID(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	var req reserveRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if req.Quantity < 1 {
+		h.writeError(w, r, errorf(http.StatusBadRequest, codeInvalidInput, "quantity must be at least 1"))
+		return
+	}
+	s, err := h.store.Reserve(r.Context(), id, req.Quantity)
+	if err == nil || errors.Is(err, catalog.ErrInsufficientStock) {
+		h.invalidate(h.stock, key)
+	}
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	hdr := w.Header()
+	hdr["Content-Type"] = jsonContentType
+	hdr.Set("Cache-Control", "no-store")
+	w.Write(append(b, '\n'))
+}
+
+// invalidate drops key from ns after a committed write, on a context that
+// survives the client leaving (see invalidateTimeout), and schedules the
+// second invalidation (see Config.Reinvalidate).
+func (h *Handler) invalidate(ns *holdfast.Namespace, key string) {
+	h.invalidateNow(ns, key)
+	if h.reinvalidate < 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.pending.Add(1)
+	go func() {
+		defer h.pending.Done()
+		t := time.NewTimer(h.reinvalidate)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-h.closing: // shutting down: do it now rather than never
+		}
+		h.invalidateNow(ns, key)
+	}()
+}
+
+func (h *Handler) invalidateNow(ns *holdfast.Namespace, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), invalidateTimeout)
+	defer cancel()
+	if err := ns.Invalidate(ctx, key); err != nil {
+		h.log.LogAttrs(ctx, slog.LevelWarn, "invalidation failed; other instances may serve the old value until its TTL",
+			slog.String("namespace", ns.Name()), slog.String("key", key), slog.String("error", err.Error()))
+	}
+}
+
+// decodeBody decodes one JSON object of at most MaxBodyBytes into dst,
+// refusing unknown fields and anything after the object.
+func decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errorf(http.StatusUnsupportedMediaType, codeUnsupportedType, "Content-Type must be application/json")
+		}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	// Read it whole first: a body over the limit is a 413 whatever JSON
+	// error the decoder would have hit first.
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusRequestEntityTooLarge, codeBodyTooLarge, "the body is larger than %d bytes", MaxBodyBytes)
+		}
+		return fmt.Errorf("read body: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return errorf(http.StatusBadRequest, codeUnknownField, "unknown field %s", f)
+		}
+		return errorf(http.StatusBadRequest, codeInvalidBody, "the body is not the expected JSON object: %v", err)
+	}
+	if dec.More() {
+		return errorf(http.StatusBadRequest, codeInvalidBody, "the body has data after the JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(http.StatusBadRequest, codeInvalidBody, "the body has data after the JSON object")
+	}
+	return nil
+}
