@@ -57,7 +57,6 @@ func instance(t *testing.T, dsn string, addrs []string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Close() })
 	s := cdhttp.NewServer(h, quiet)
 	if err := s.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)

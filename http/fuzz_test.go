@@ -34,7 +34,6 @@ func FuzzRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	defer h.Close()
 	methods := []string{"GET", "PUT", "POST", "DELETE", "HEAD"}
 
 	f.Fuzz(func(t *testing.T, m uint8, path, query, body, ifMatch string) {

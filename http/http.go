@@ -19,11 +19,11 @@
 // store and from the shared tier (Redis). It cannot reach the hot tiers of
 // other instances, which keep their copies for at most the namespace's
 // Hot.TTL, and never past the value's soft time. Another instance's load
-// that read the old row before the write may still put it into Redis after
-// the invalidation; so the key is invalidated again once such a load must
-// have ended (Config.Reinvalidate, 6 s by default), and the bounds below
-// hold from then on in that rare case. They are for the defaults
-// (DefaultPolicies; catalogd's -hot-ttl 10 s with -redis).
+// that read the old row before the write cannot put it into Redis after the
+// invalidation: holdfast writes with the key's version read before the load,
+// and the invalidation bumped it (holdfast.Coordinator). The bounds below
+// are for the defaults (DefaultPolicies; catalogd's -hot-ttl 10 s with
+// -redis).
 //
 //   - PUT /v1/products/{id} invalidates product info of that id (namespace
 //     "product", key "<id>"). The writing instance's next read loads the new
@@ -47,9 +47,11 @@
 // failing, the stale-if-error windows extend them (product 30 min, stock
 // 5 s, list 10 min, search 10 min past the TTL): an old value is then served
 // rather than an error. If the Redis delete itself fails (Redis down), the
-// write still answers 200, since it committed, and a warning is logged; an
-// instance that later reads the old value from a recovered Redis may serve it
-// until its TTL.
+// write still answers 200, since it committed: holdfast queues the
+// invalidation and replays it when Redis recovers, and this instance reads
+// the key's Redis copy as a miss meanwhile; another instance may read the old
+// value from a recovered Redis until the replay lands (about
+// holdfast.Options.ReplayInterval, 500 ms).
 //
 // Every cached response carries Cache-Status (RFC 9211) saying which tier
 // answered and how fresh the value was, and Age, the seconds since the value
@@ -66,7 +68,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
@@ -183,14 +184,6 @@ type Config struct {
 	SearchLimit int
 	// ReadyTimeout bounds each readiness check. Default 2 s.
 	ReadyTimeout time.Duration
-	// Reinvalidate is how long after a write its key is invalidated a
-	// second time. Another instance may have read the old row just before
-	// the write and put it into Redis just after the first invalidation
-	// (cache-aside's classic race); it cannot take longer than one load, so
-	// a second invalidation after the longest load removes such a value.
-	// Default: the longest LoadTimeout of the namespaces plus 1 s. Negative
-	// turns the second invalidation off.
-	Reinvalidate time.Duration
 }
 
 // Handler serves the catalog API. Create it with NewHandler.
@@ -211,14 +204,6 @@ type Handler struct {
 
 	mux     *http.ServeMux
 	metrics *httpMetrics // nil without a Registry
-
-	// Second invalidations waiting for their time; Close runs them at once
-	// and waits for them.
-	reinvalidate time.Duration
-	closing      chan struct{}
-	mu           sync.Mutex
-	closed       bool
-	pending      sync.WaitGroup
 }
 
 type systemClock struct{}
@@ -255,8 +240,6 @@ func NewHandler(cfg Config) (*Handler, error) {
 		searchLimit:  catalog.SearchLimit(cfg.SearchLimit),
 		readyTimeout: cfg.ReadyTimeout,
 		mux:          http.NewServeMux(),
-		reinvalidate: cfg.Reinvalidate,
-		closing:      make(chan struct{}),
 	}
 	pol := cfg.Policies.withDefaults()
 	var err error
@@ -272,11 +255,6 @@ func NewHandler(cfg Config) (*Handler, error) {
 	} {
 		if *ns.dst, err = cfg.Cache.Namespace(ns.name, ns.p); err != nil {
 			return nil, fmt.Errorf("catalogd http: %w", err)
-		}
-	}
-	if h.reinvalidate == 0 {
-		for _, ns := range []*holdfast.Namespace{h.product, h.stock, h.list, h.search} {
-			h.reinvalidate = max(h.reinvalidate, ns.Policy().LoadTimeout+time.Second)
 		}
 	}
 	h.loadProduct = holdfast.LoaderFunc(h.productLoader)
@@ -309,19 +287,6 @@ func NewHandler(cfg Config) (*Handler, error) {
 		h.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return h, nil
-}
-
-// Close runs the pending second invalidations at once and waits for them.
-// Call it after the server has stopped and before the Cache is closed.
-func (h *Handler) Close() error {
-	h.mu.Lock()
-	if !h.closed {
-		h.closed = true
-		close(h.closing)
-	}
-	h.mu.Unlock()
-	h.pending.Wait()
-	return nil
 }
 
 // ServeHTTP routes the request and records it: the metrics by route pattern

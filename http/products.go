@@ -314,36 +314,12 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request) {
 }
 
 // invalidate drops key from ns after a committed write, on a context that
-// survives the client leaving (see invalidateTimeout), and schedules the
-// second invalidation (see Config.Reinvalidate).
+// survives the client leaving (see invalidateTimeout).
 func (h *Handler) invalidate(ns *holdfast.Namespace, key string) {
-	h.invalidateNow(ns, key)
-	if h.reinvalidate < 0 {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return
-	}
-	h.pending.Add(1)
-	go func() {
-		defer h.pending.Done()
-		t := time.NewTimer(h.reinvalidate)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-h.closing: // shutting down: do it now rather than never
-		}
-		h.invalidateNow(ns, key)
-	}()
-}
-
-func (h *Handler) invalidateNow(ns *holdfast.Namespace, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), invalidateTimeout)
 	defer cancel()
 	if err := ns.Invalidate(ctx, key); err != nil {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "invalidation failed; other instances may serve the old value until its TTL",
+		h.log.LogAttrs(ctx, slog.LevelWarn, "invalidation not delivered to the shared tier; other instances may serve the old value until its TTL",
 			slog.String("namespace", ns.Name()), slog.String("key", key), slog.String("error", err.Error()))
 	}
 }

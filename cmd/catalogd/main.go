@@ -296,11 +296,6 @@ func (m *Main) Close() error {
 		errs = append(errs, m.server.Close(ctx))
 		cancel()
 	}
-	if m.handler != nil {
-		// After the server, so no request schedules a new one; before the
-		// cache, which the pending invalidations still use.
-		errs = append(errs, m.handler.Close())
-	}
 	if m.cache != nil {
 		errs = append(errs, m.cache.Close())
 	}
