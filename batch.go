@@ -50,6 +50,10 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 			setErr(i, err)
 			continue
 		}
+		n.ctr.inc(evRead)
+		if n.hotKeys != nil {
+			n.hotKeys.Record(key, now)
+		}
 		if _, seen := waits[key]; seen {
 			continue
 		}

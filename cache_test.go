@@ -809,3 +809,36 @@ func TestStaleWhileRevalidateWithoutSharedTier(t *testing.T) {
 		return err == nil && string(res.Value) == "v2:s1"
 	})
 }
+
+func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{Hot: holdfast.HotPolicy{Keys: holdfast.HotDetected, Threshold: 50, HalfLife: 2 * time.Second}})
+	l := &countingLoader{}
+	for i := range 200 { // cold keys, read once each
+		mustGet(t, ns, fmt.Sprint("cold-", i), l)
+	}
+	// One key read 2,000 times within well under a second.
+	hot := 0
+	for range 2000 {
+		if mustGet(t, ns, "hot", l).Source == holdfast.SourceHot {
+			hot++
+		}
+	}
+	if hot < 1500 {
+		t.Fatalf("the hot key was served by the hot tier %d times in 2,000", hot)
+	}
+	if st := ns.Stats(); st.HotEntries > 5 {
+		t.Fatalf("%d entries in the hot tier: cold keys got in", st.HotEntries)
+	}
+	keys := ns.HotKeys()
+	if len(keys) == 0 || keys[0].Key != "hot" || keys[0].Rate < 50 {
+		t.Fatalf("hot keys %+v, want 'hot' above 50/s first", keys)
+	}
+	if res := mustGet(t, ns, "cold-1", l); res.Source == holdfast.SourceHot {
+		t.Fatal("a cold key was served from the hot tier")
+	}
+	if st := ns.Stats(); st.Reads != 200+2000+1 {
+		t.Fatalf("reads = %d, want %d", st.Reads, 2201)
+	}
+}

@@ -20,6 +20,7 @@ type Recorder interface {
 // Stats is a snapshot of one namespace's counters. Every field counts events
 // since the Cache was created.
 type Stats struct {
+	Reads             uint64 // reads (Get, and each key of GetMany)
 	HotHits           uint64 // reads answered by the hot tier
 	SharedHits        uint64 // reads answered by the shared tier (fresh or stale)
 	SharedMisses      uint64 // shared-tier reads that found nothing
@@ -56,7 +57,8 @@ type Stats struct {
 type event int
 
 const (
-	evHotHit event = iota
+	evRead event = iota
+	evHotHit
 	evSharedHit
 	evSharedMiss
 	evSharedError
@@ -139,6 +141,7 @@ func (c *counters) sum(e event) uint64 {
 
 func (c *counters) snapshot() Stats {
 	return Stats{
+		Reads:            c.sum(evRead),
 		HotHits:          c.sum(evHotHit),
 		SharedHits:       c.sum(evSharedHit),
 		SharedMisses:     c.sum(evSharedMiss),

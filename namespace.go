@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/hotkey"
 	"github.com/holdfast-dev/holdfast/local"
 )
 
@@ -28,7 +29,8 @@ type Namespace struct {
 	limit   *limiter // this namespace's own cap, or nil
 	ctr     *counters
 	pending pendingDeletes
-	coord   Coordinator // the shared tier, when it coordinates processes
+	coord   Coordinator      // the shared tier, when it coordinates processes
+	hotKeys *hotkey.Detector // non-nil with Hot.Keys == HotDetected
 }
 
 // entryOverhead approximates what one cached entry costs beyond its bytes (map
@@ -47,6 +49,9 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	}
 	if !p.Hot.Disabled {
 		n.hot = local.New[meta](p.Hot.MaxBytes)
+		if p.Hot.Keys == HotDetected {
+			n.hotKeys = hotkey.New(hotkey.Options{Threshold: p.Hot.Threshold, HalfLife: p.Hot.HalfLife, TopK: p.Hot.TopK})
+		}
 	}
 	n.coord, _ = c.opts.Shared.(Coordinator)
 	// Without a shared tier, the last-known-good store is also where a value
@@ -109,8 +114,12 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 	if err := n.checkKey(key); err != nil {
 		return Result{}, err
 	}
+	n.ctr.inc(evRead)
 	if n.hot != nil {
 		now := n.now()
+		if n.hotKeys != nil {
+			n.hotKeys.Record(key, now)
+		}
 		if m := n.hot.Get(key, now); m != nil {
 			n.ctr.inc(evHotHit)
 			if n.p.EarlyRefresh.XFetchBeta > 0 && n.xfetchDue(m, now) {
@@ -619,7 +628,7 @@ func (n *Namespace) storeLocal(f *flight, key string, m *meta, now int64) {
 
 func (n *Namespace) putLocal(key string, m *meta, now int64) {
 	size := int64(len(m.raw)+len(key)) + entryOverhead
-	if n.hot != nil && (n.p.Hot.Admit == nil || n.p.Hot.Admit(key)) {
+	if n.hot != nil && n.admitHot(key, now) {
 		// Never past the soft time: a hot-tier hit is always fresh.
 		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
 			n.hot.Set(key, *m, size, exp)
@@ -632,6 +641,34 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 			n.lkg.Set(key, *m, size, m.hard+int64(n.p.StaleIfError))
 		}
 	}
+}
+
+// admitHot reports whether key may enter the hot tier now.
+func (n *Namespace) admitHot(key string, now int64) bool {
+	if n.hotKeys != nil && !n.hotKeys.IsHot(key, now) {
+		return false
+	}
+	return n.p.Hot.Admit == nil || n.p.Hot.Admit(key)
+}
+
+// HotKey is a key read often enough to be hot, and its estimated rate.
+type HotKey struct {
+	Key  string
+	Rate float64 // reads per second
+}
+
+// HotKeys returns the namespace's hot keys now, fastest first, at most
+// Hot.TopK; nil unless Hot.Keys is HotDetected.
+func (n *Namespace) HotKeys() []HotKey {
+	if n.hotKeys == nil {
+		return nil
+	}
+	hs := n.hotKeys.Hot(n.now())
+	out := make([]HotKey, len(hs))
+	for i, h := range hs {
+		out[i] = HotKey{h.Key, h.Rate}
+	}
+	return out
 }
 
 // Invalidate removes key from this process's tiers and from the shared tier.

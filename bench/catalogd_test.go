@@ -178,7 +178,6 @@ func BenchmarkCatalogdProductGet(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer h.Close()
 	catURL, stopCat := serve(b, h)
 	defer stopCat()
 

@@ -25,6 +25,7 @@ import (
 type Exporter struct {
 	loadSeconds *prom.HistogramVec
 	inFlight    *prom.Desc
+	hotKeyRate  *prom.Desc
 
 	mu    sync.Mutex
 	cache *holdfast.Cache
@@ -53,6 +54,7 @@ func gauge(name, help string, v func(holdfast.Stats) uint64) metric {
 // metrics lists every field of holdfast.Stats; the README's metrics table
 // is this list.
 var metrics = []metric{
+	counter("reads_total", "Reads (Get, and each key of GetMany); hot_hits_total over it is the hot tier's share.", func(s holdfast.Stats) uint64 { return s.Reads }),
 	counter("hot_hits_total", "Reads answered by the in-process hot tier.", func(s holdfast.Stats) uint64 { return s.HotHits }),
 	counter("shared_hits_total", "Shared-tier reads that found a value (fresh or stale).", func(s holdfast.Stats) uint64 { return s.SharedHits }),
 	counter("shared_misses_total", "Shared-tier reads that found nothing (corrupt entries included).", func(s holdfast.Stats) uint64 { return s.SharedMisses }),
@@ -86,6 +88,10 @@ var metrics = []metric{
 	gauge("last_known_good_entries", "Entries in the last-known-good store.", func(s holdfast.Stats) uint64 { return s.LastKnownGoodKeys }),
 }
 
+// MaxHotKeyLabels is how many hot keys per namespace are exported as label
+// values: keys are unbounded, a metric's series must not be.
+const MaxHotKeyLabels = 10
+
 // NewExporter returns an Exporter. Pass it as holdfast.Options.Recorder,
 // then call Watch with the cache and register it.
 func NewExporter() *Exporter {
@@ -97,6 +103,9 @@ func NewExporter() *Exporter {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"namespace", "outcome"}),
 		inFlight: prom.NewDesc("holdfast_loads_in_flight", "Loader calls holding a slot of the cache-wide load limit.", nil, nil),
+		hotKeyRate: prom.NewDesc("holdfast_hot_key_reads_per_second",
+			"Estimated read rate of the hottest keys, at most MaxHotKeyLabels per namespace (bounded label cardinality).",
+			[]string{"namespace", "key"}, nil),
 	}
 }
 
@@ -118,6 +127,7 @@ func (e *Exporter) Describe(ch chan<- *prom.Desc) {
 		ch <- m.desc
 	}
 	ch <- e.inFlight
+	ch <- e.hotKeyRate
 	e.loadSeconds.Describe(ch)
 }
 
@@ -133,6 +143,11 @@ func (e *Exporter) Collect(ch chan<- prom.Metric) {
 			}
 		}
 		ch <- prom.MustNewConstMetric(e.inFlight, prom.GaugeValue, float64(c.LoadsInFlight()))
+		for ns, keys := range c.HotKeys() {
+			for _, k := range keys[:min(len(keys), MaxHotKeyLabels)] {
+				ch <- prom.MustNewConstMetric(e.hotKeyRate, prom.GaugeValue, k.Rate, ns, k.Key)
+			}
+		}
 	}
 	e.loadSeconds.Collect(ch)
 }
