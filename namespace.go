@@ -461,11 +461,15 @@ func (n *Namespace) readVersion(ctx context.Context, key string, status tierStat
 // for that process to store the value, polling the shared tier. done means
 // the value arrived; otherwise the caller loads, holding the lease when
 // token is not empty. A waiting process takes the lease as soon as it is
-// free, so a holder that died stalls the key for at most the lease TTL.
+// free, so a holder that died stalls the key for at most the lease TTL plus
+// one load.
 func (n *Namespace) leaseOrWait(ctx context.Context, f *flight, key string) (out outcome, done bool, token string) {
 	qkey := n.prefix + key
 	token = newLeaseToken()
-	deadline := time.Now().Add(n.p.Lease.TTL + n.p.Lease.Poll)
+	// A dead holder's lease expires after Lease.TTL; the waiter that takes
+	// it then loads, for up to LoadTimeout, while the rest keep waiting for
+	// its value. Past both, every waiter loads for itself.
+	deadline := time.Now().Add(n.p.Lease.TTL + n.p.LoadTimeout + n.p.Lease.Poll)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	<-poll.C

@@ -1,0 +1,259 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/holdfast-dev/holdfast"
+)
+
+// The Tier is a holdfast.Coordinator: processes coordinate through it with
+// per-key versions (the stale-set guard) and per-key leases.
+//
+// A key K's version lives in a sibling key, and its lease in another, both in
+// K's Cluster hash slot so that one Lua script can touch K and its version
+// atomically: for a key without a hash tag the siblings are "{K}:v" and
+// "{K}:lease" (whose tag is K itself); for a key with a tag, K+":v" and
+// K+":lease" keep the tag.
+//
+// The guarantee, for a caller that invalidates a key after the source of
+// truth changed: once Invalidate has returned nil, no value read from the
+// source before the invalidation is stored in Redis afterwards, by any
+// process, because every write is SetIfVersion with the version read before
+// the source was, and the invalidation bumped it. Processes' own in-memory
+// copies are outside Redis; the Cache bounds them by the hot tier's TTL
+// (never past a value's soft time) in other processes and drops them at once
+// in the invalidating one.
+var _ holdfast.Coordinator = (*Tier)(nil)
+
+// versionTTL is how long a key's version outlives its last invalidation. A
+// version that expires reads as 0 again; a load that read the old version
+// then has its write refused, which is safe. It only needs to exceed any
+// load's duration; an hour keeps memory bounded for keys invalidated once.
+const versionTTL = time.Hour
+
+var (
+	// KEYS: value, version. ARGV: expected version, value, TTL in ms.
+	setIfVersionScript = rueidis.NewLuaScript(`
+local v = redis.call('GET', KEYS[2])
+if (v or '0') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1`)
+	// KEYS: value, version. ARGV: version TTL in ms.
+	invalidateScript = rueidis.NewLuaScript(`
+redis.call('DEL', KEYS[1])
+local v = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return v`)
+	// KEYS: lease. ARGV: token.
+	releaseScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+)
+
+// sibling returns the key that sits beside full in its hash slot.
+func sibling(full, suffix string) (string, error) {
+	if i := strings.IndexByte(full, '{'); i >= 0 {
+		if j := strings.IndexByte(full[i+1:], '}'); j > 0 {
+			return full + suffix, nil // the tag still decides the slot
+		}
+	}
+	if strings.ContainsAny(full, "{}") {
+		return "", fmt.Errorf("key %q has braces but no hash tag, so no sibling key can share its slot", full)
+	}
+	return "{" + full + "}" + suffix, nil
+}
+
+// coordinate runs one call under the breaker with a deadline, guarded as
+// reads are while Redis is suspect.
+func (t *Tier) coordinate(ctx context.Context, timeout time.Duration, call func(ctx context.Context) rueidis.RedisResult) rueidis.RedisResult {
+	gen, err := t.begin(ctx)
+	if err != nil {
+		return rueidis.NewErrorResult(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var res rueidis.RedisResult
+	if t.guarded() {
+		res = guard(cctx, t, func() rueidis.RedisResult { return call(cctx) }, rueidis.NewErrorResult)
+	} else {
+		res = call(cctx)
+	}
+	t.end(ctx, gen, res.Error())
+	return res
+}
+
+// Version implements holdfast.Coordinator.
+func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
+	full, err := t.fullKey(key)
+	if err != nil {
+		return 0, fmt.Errorf("redis tier version %q: %w", key, err)
+	}
+	vk, err := sibling(full, ":v")
+	if err != nil {
+		return 0, fmt.Errorf("redis tier version %q: %w", key, err)
+	}
+	res := t.coordinate(ctx, t.opts.ReadBudget, func(ctx context.Context) rueidis.RedisResult {
+		return t.client.Do(ctx, t.client.B().Get().Key(vk).Build())
+	})
+	s, err := res.ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("redis tier version %q: %w", key, err)
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redis tier version %q: %q is not a version: %w", key, s, err)
+	}
+	return v, nil
+}
+
+// SetIfVersion implements holdfast.Coordinator.
+func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+	c := &t.stats
+	c.sets.add(1)
+	full, err := t.fullKey(it.Key)
+	if err == nil && len(it.Value) > t.opts.MaxValueBytes {
+		err = fmt.Errorf("value of %d bytes over MaxValueBytes %d: %w", len(it.Value), t.opts.MaxValueBytes, holdfast.ErrTooLarge)
+	}
+	if errors.Is(err, holdfast.ErrTooLarge) {
+		c.tooLarge.add(1)
+	}
+	if err == nil && it.TTL <= 0 {
+		err = fmt.Errorf("TTL %v is not positive", it.TTL)
+	}
+	var vk string
+	if err == nil {
+		vk, err = sibling(full, ":v")
+	}
+	if err != nil {
+		c.setErrors.add(1)
+		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
+	}
+	ms := strconv.FormatInt(int64((it.TTL+time.Millisecond-1)/time.Millisecond), 10)
+	args := []string{strconv.FormatUint(version, 10), string(it.Value), ms}
+	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
+		return setIfVersionScript.Exec(ctx, t.client, []string{full, vk}, args)
+	})
+	n, err := res.AsInt64()
+	if err != nil {
+		if errors.Is(err, holdfast.ErrBypassed) {
+			c.setBypassed.add(1)
+		} else {
+			c.setErrors.add(1)
+		}
+		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
+	}
+	return n == 1, nil
+}
+
+// Invalidate implements holdfast.Coordinator: one script per key, pipelined.
+func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	c := &t.stats
+	c.deletes.add(len(keys))
+	var errs []error
+	execs := make([]rueidis.LuaExec, 0, len(keys))
+	names := make([]string, 0, len(keys))
+	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
+	for _, k := range keys {
+		full, err := t.fullKey(k)
+		var vk string
+		if err == nil {
+			vk, err = sibling(full, ":v")
+		}
+		if err != nil {
+			c.deleteErrors.add(1)
+			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", k, err))
+			continue
+		}
+		execs = append(execs, rueidis.LuaExec{Keys: []string{full, vk}, Args: []string{ttl}})
+		names = append(names, k)
+	}
+	if len(execs) == 0 {
+		return errors.Join(errs...)
+	}
+	gen, err := t.begin(ctx)
+	if err != nil {
+		if errors.Is(err, holdfast.ErrBypassed) {
+			c.delBypassed.add(len(execs))
+		} else {
+			c.deleteErrors.add(len(execs))
+		}
+		return errors.Join(append(errs, fmt.Errorf("redis tier invalidate %d keys: %w", len(execs), err))...)
+	}
+	wctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
+	defer cancel()
+	send := func() []rueidis.RedisResult { return invalidateScript.ExecMulti(wctx, t.client, execs...) }
+	var results []rueidis.RedisResult
+	if t.guarded() {
+		results = guard(wctx, t, send, func(err error) []rueidis.RedisResult { return errorResults(len(execs), err) })
+	} else {
+		results = send()
+	}
+	var firstErr error
+	for i, r := range results {
+		if err := r.Error(); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			c.deleteErrors.add(1)
+			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", names[i], err))
+		}
+	}
+	t.end(ctx, gen, firstErr)
+	return errors.Join(errs...)
+}
+
+// Lease implements holdfast.Coordinator with SET NX PX.
+func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	full, err := t.fullKey(key)
+	var lk string
+	if err == nil {
+		lk, err = sibling(full, ":lease")
+	}
+	if err != nil {
+		return false, fmt.Errorf("redis tier lease %q: %w", key, err)
+	}
+	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
+		return t.client.Do(ctx, t.client.B().Set().Key(lk).Value(token).Nx().PxMilliseconds(ms).Build())
+	})
+	err = res.Error()
+	switch {
+	case err == nil:
+		return true, nil
+	case rueidis.IsRedisNil(err):
+		return false, nil // held by another process
+	}
+	return false, fmt.Errorf("redis tier lease %q: %w", key, err)
+}
+
+// Release implements holdfast.Coordinator.
+func (t *Tier) Release(ctx context.Context, key, token string) error {
+	full, err := t.fullKey(key)
+	var lk string
+	if err == nil {
+		lk, err = sibling(full, ":lease")
+	}
+	if err != nil {
+		return fmt.Errorf("redis tier release %q: %w", key, err)
+	}
+	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
+		return releaseScript.Exec(ctx, t.client, []string{lk}, []string{token})
+	})
+	if err := res.Error(); err != nil {
+		return fmt.Errorf("redis tier release %q: %w", key, err)
+	}
+	return nil
+}
