@@ -589,8 +589,7 @@ func TestNewHandlerErrors(t *testing.T) {
 	cache, _ := holdfast.New(holdfast.Options{})
 	defer cache.Close()
 	cfg := cdhttp.Config{Store: newFakeStore(), Cache: cache, Logger: quiet}
-	h, err := cdhttp.NewHandler(cfg)
-	if err != nil {
+	if _, err := cdhttp.NewHandler(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cdhttp.NewHandler(cfg); err == nil {

@@ -35,7 +35,6 @@ func realServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Close() })
 	s := cdhttp.NewServer(h, quiet)
 	if err := s.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
