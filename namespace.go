@@ -689,24 +689,32 @@ func (n *Namespace) Invalidate(ctx context.Context, key string) error {
 		return err
 	}
 	n.ctr.inc(evInvalidation)
+	// Flights in progress may hold a value read from the source before the
+	// caller's write: they must not store it anywhere.
 	n.flights.invalidate(key)
+	var err error
+	if n.c.opts.Shared != nil {
+		if derr := n.deleteShared(ctx, n.prefix+key); derr != nil {
+			n.countTierError(derr, evSharedDelError)
+			if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
+				n.ctr.inc(evDroppedDeletes)
+				n.c.logger().Warn("holdfast: invalidation replay queue full; shared copy left until its TTL", "namespace", n.name, "key", key)
+				err = fmt.Errorf("holdfast: %s: invalidate %q in the shared tier (replay queue full): %w", n.name, key, derr)
+			}
+		}
+		// A read that began while the delete was on its way may have found
+		// the old value still in the shared tier: its flight must not copy
+		// it into this process's tiers either.
+		n.flights.invalidate(key)
+	}
+	// Local copies go last, so none read before the shared delete survives.
 	if n.hot != nil {
 		n.hot.Delete(key)
 	}
 	if n.lkg != nil {
 		n.lkg.Delete(key)
 	}
-	if n.c.opts.Shared != nil {
-		if err := n.deleteShared(ctx, n.prefix+key); err != nil {
-			n.countTierError(err, evSharedDelError)
-			if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
-				n.ctr.inc(evDroppedDeletes)
-				n.c.logger().Warn("holdfast: invalidation replay queue full; shared copy left until its TTL", "namespace", n.name, "key", key)
-				return fmt.Errorf("holdfast: %s: invalidate %q in the shared tier (replay queue full): %w", n.name, key, err)
-			}
-		}
-	}
-	return nil
+	return err
 }
 
 // deleteShared removes qualified keys from the shared tier, bumping their
