@@ -1,0 +1,177 @@
+// Command holdfast-lab re-runs the seeds' experiments against real processes:
+// it starts redis-server itself, drives an open-model load through each mode
+// (naive cache-aside, the seeds' "before", then holdfast) and writes a JSON
+// report, a markdown table and an SVG chart per scenario.
+//
+//	go run ./cmd/holdfast-lab -list
+//	go run ./cmd/holdfast-lab -scenario redis-freeze -out lab-out
+//	go run ./cmd/holdfast-lab -scenario all -out lab-out
+//
+// It exits non-zero when a scenario or mode could not run because a part it
+// needs is not built yet; it never fakes the part.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/lab"
+)
+
+func main() {
+	// Started by the lab itself as one process of cross-process-stampede.
+	if lab.IsChild() {
+		os.Exit(lab.ChildMain(os.Stdin, os.Stdout))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr}
+	code := m.ParseFlags(os.Args[1:])
+	if code == 0 {
+		code = m.Run(ctx)
+	}
+	m.Close()
+	stop()
+	os.Exit(code)
+}
+
+// Main is the program: flags in, scenarios run, files out.
+type Main struct {
+	Stdout, Stderr io.Writer
+
+	scenario string
+	out      string
+	duration time.Duration
+	scale    float64
+	list     bool
+
+	progress *lab.Progress
+}
+
+// ParseFlags reads the command line; it returns a non-zero exit code on a
+// usage error.
+func (m *Main) ParseFlags(args []string) int {
+	fs := flag.NewFlagSet("holdfast-lab", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.StringVar(&m.scenario, "scenario", "", "scenario to run, or all (see -list)")
+	fs.StringVar(&m.out, "out", "lab-out", "directory for NAME.json, NAME.md, NAME.svg and index.md")
+	fs.DurationVar(&m.duration, "duration", 0, "length of each mode of a timed scenario (default: the scenario's, 30 s for most)")
+	fs.Float64Var(&m.scale, "scale", 1, "multiply the length by this, for smoke runs (e.g. 0.1)")
+	fs.BoolVar(&m.list, "list", false, "list the scenarios and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if !m.list && m.scenario == "" {
+		fmt.Fprintln(m.Stderr, "holdfast-lab: -scenario NAME|all is required (see -list)")
+		return 2
+	}
+	if m.scale <= 0 || m.duration < 0 {
+		fmt.Fprintln(m.Stderr, "holdfast-lab: -scale must be positive and -duration not negative")
+		return 2
+	}
+	return 0
+}
+
+// Run runs the chosen scenarios and returns the exit code: 0 when every
+// scenario ran in every mode, 1 otherwise.
+func (m *Main) Run(ctx context.Context) int {
+	if m.list {
+		for _, s := range lab.Scenarios() {
+			state := "runs"
+			if s.Missing != "" {
+				state = "missing: " + s.Missing
+			}
+			fmt.Fprintf(m.Stdout, "%-24s %s\n%-24s (%s)\n", s.Name, s.Summary, "", state)
+		}
+		return 0
+	}
+	var todo []lab.Scenario
+	if m.scenario == "all" {
+		todo = lab.Scenarios()
+	} else {
+		s, ok := lab.Lookup(m.scenario)
+		if !ok {
+			fmt.Fprintf(m.Stderr, "holdfast-lab: no scenario %q (see -list)\n", m.scenario)
+			return 2
+		}
+		todo = []lab.Scenario{s}
+	}
+	if lab.IsTerminal(os.Stderr) {
+		m.progress = lab.NewProgress(m.Stderr)
+	}
+	opts := lab.Options{Duration: m.duration, Scale: m.scale, Progress: m.progress}
+	if m.progress == nil {
+		opts.Log = m.Stderr
+	}
+
+	code := 0
+	var index []lab.IndexEntry
+	for _, s := range todo {
+		e := lab.IndexEntry{Name: s.Name, Summary: s.Summary}
+		rep, err := lab.Run(ctx, s, opts, lab.Modes)
+		if rep != nil && len(rep.Modes) > 0 {
+			md, werr := lab.Write(m.out, rep)
+			if werr != nil {
+				err = errors.Join(err, werr)
+			} else {
+				e.Ran = true
+				m.clearBar()
+				fmt.Fprintln(m.Stdout, md)
+			}
+		}
+		if rep != nil {
+			e.Missing = rep.Missing
+		}
+		switch {
+		case lab.IsMissing(err):
+			e.Missing = append(e.Missing, strings.TrimPrefix(err.Error(), "missing: "))
+		case err != nil:
+			e.Err = err
+		}
+		for _, miss := range e.Missing {
+			m.clearBar()
+			fmt.Fprintf(m.Stderr, "holdfast-lab: %s: missing: %s\n", s.Name, strings.TrimPrefix(miss, "missing: "))
+		}
+		if e.Err != nil {
+			m.clearBar()
+			fmt.Fprintf(m.Stderr, "holdfast-lab: %s: %v\n", s.Name, e.Err)
+		}
+		if e.Err != nil || len(e.Missing) > 0 {
+			code = 1
+		}
+		index = append(index, e)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if m.scenario == "all" {
+		cmd := fmt.Sprintf("go run ./cmd/holdfast-lab -scenario all -out %s", m.out)
+		if err := lab.WriteIndex(m.out, cmd, index); err != nil {
+			fmt.Fprintf(m.Stderr, "holdfast-lab: index: %v\n", err)
+			code = 1
+		}
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(m.Stderr, "holdfast-lab: interrupted")
+		code = 1
+	}
+	return code
+}
+
+func (m *Main) clearBar() {
+	if m.progress != nil {
+		fmt.Fprint(m.Stderr, "\r\033[K")
+	}
+}
+
+// Close stops the progress bar. The scenarios close their own processes.
+func (m *Main) Close() {
+	m.progress.Close()
+}

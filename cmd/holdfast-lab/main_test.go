@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/internal/lab"
+)
+
+// TestMain lets the test binary serve as a lab child process, as the
+// command's own binary does.
+func TestMain(m *testing.M) {
+	if lab.IsChild() {
+		os.Exit(lab.ChildMain(os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	m := &Main{Stdout: &out, Stderr: &errb}
+	code = m.ParseFlags(args)
+	if code == 0 {
+		code = m.Run(context.Background())
+	}
+	m.Close()
+	return code, out.String(), errb.String()
+}
+
+func TestList(t *testing.T) {
+	code, out, _ := run(t, "-list")
+	if code != 0 || !strings.Contains(out, "redis-freeze") || !strings.Contains(out, "missing:") {
+		t.Fatalf("code %d, output:\n%s", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"-scenario", "no-such"}, {"-scenario", "stampede", "-scale", "0"}} {
+		if code, _, _ := run(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// A scenario whose parts are missing says which and exits non-zero; it
+// writes nothing pretending to be a result.
+func TestMissingScenarioExitsNonZero(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := run(t, "-scenario", "node-freeze", "-out", dir)
+	if code != 1 || !strings.Contains(errs, "missing:") || out != "" {
+		t.Fatalf("code %d, stdout %q, stderr %q", code, out, errs)
+	}
+}

@@ -1,0 +1,15 @@
+package lab
+
+import (
+	"os"
+	"testing"
+)
+
+// TestMain lets the test binary serve as a child process of
+// cross-process-stampede, as cmd/holdfast-lab's binary does.
+func TestMain(m *testing.M) {
+	if IsChild() {
+		os.Exit(ChildMain(os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}

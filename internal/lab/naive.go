@@ -1,0 +1,120 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Naive is the seeds' "before": plain cache-aside. GET with a 100 ms timeout;
+// on a miss or any error, call the loader; then SET with a 100 ms timeout and
+// ignore its failure. No breaker, no coalescing, no last-known-good value: a
+// Redis failure costs every request its GET timeout (and its SET timeout),
+// and every request for a missing key loads it — what seeds 000 and 001
+// measured (issue 3's numbers were taken this way over go-redis).
+//
+// The client is rueidis, like holdfast's tier, so that the comparison is of
+// the read path and not of the client library. Its client-side caching is
+// off (that would be an in-process tier of its own), retries are off, and
+// the dial, connection write and per-command timeouts are all 100 ms: the
+// seed's Redis command timeout.
+type Naive struct {
+	c       rueidis.Client
+	load    func(ctx context.Context, key string) ([]byte, error)
+	ttl     time.Duration
+	timeout time.Duration
+
+	hits, misses, getErrors, setErrors, loadErrors atomic.Int64
+}
+
+var _ Reader = (*Naive)(nil)
+
+// NewNaive builds the naive mode over cfg.RedisAddrs (a standalone server or
+// a cluster: rueidis detects which).
+func NewNaive(ctx context.Context, cfg ReaderConfig) (Reader, error) {
+	if len(cfg.RedisAddrs) == 0 {
+		return nil, errors.New("naive mode needs a Redis address")
+	}
+	t := cfg.timeout()
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:      cfg.RedisAddrs,
+		DisableCache:     true,
+		DisableRetry:     true,
+		ConnWriteTimeout: t,
+		Dialer:           netDialer(t),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("naive: rueidis client: %w", err)
+	}
+	ttl := cfg.TTL
+	if ttl <= 0 {
+		ttl = time.Minute
+	}
+	return &Naive{c: c, load: cfg.Load, ttl: ttl, timeout: t}, nil
+}
+
+// Get is cache-aside: GET, on miss or error load, then SET.
+func (n *Naive) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	gctx, cancel := context.WithTimeout(ctx, n.timeout)
+	v, err := n.c.Do(gctx, n.c.B().Get().Key(key).Build()).AsBytes()
+	cancel()
+	switch {
+	case err == nil:
+		n.hits.Add(1)
+		return v, false, nil
+	case rueidis.IsRedisNil(err):
+		n.misses.Add(1)
+	default:
+		n.getErrors.Add(1)
+	}
+	if ctx.Err() != nil {
+		return nil, false, ctx.Err()
+	}
+	v, err = n.load(ctx, key)
+	if err != nil {
+		n.loadErrors.Add(1)
+		return nil, false, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, n.timeout)
+	err = n.c.Do(sctx, n.c.B().Set().Key(key).Value(rueidis.BinaryString(v)).Px(n.ttl).Build()).Error()
+	cancel()
+	if err != nil {
+		n.setErrors.Add(1) // swallowed, as in seed 001: a failed put never fails the read
+	}
+	return v, false, nil
+}
+
+// Invalidate deletes key from Redis with the 100 ms timeout. A load that
+// read the old value before the write can still SET it afterwards: the race
+// stale-set-race measures.
+func (n *Naive) Invalidate(ctx context.Context, key string) error {
+	dctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
+	return n.c.Do(dctx, n.c.B().Del().Key(key).Build()).Error()
+}
+
+// Stats returns the hit, miss and Redis error counts.
+func (n *Naive) Stats() map[string]float64 {
+	return map[string]float64{
+		"hits":             float64(n.hits.Load()),
+		"misses":           float64(n.misses.Load()),
+		"redis_get_errors": float64(n.getErrors.Load()),
+		"redis_set_errors": float64(n.setErrors.Load()),
+		"load_errors":      float64(n.loadErrors.Load()),
+	}
+}
+
+// Close closes the client.
+func (n *Naive) Close() error {
+	n.c.Close()
+	return nil
+}
+
+func netDialer(timeout time.Duration) net.Dialer {
+	return net.Dialer{Timeout: timeout, KeepAlive: time.Second}
+}

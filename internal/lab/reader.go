@@ -1,0 +1,99 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Reader is what a mode puts in front of the source: the read path the load
+// generator calls. stale reports a value served past its freshness.
+type Reader interface {
+	Get(ctx context.Context, key string) (value []byte, stale bool, err error)
+	// Invalidate drops key after a write to the source (cache-aside's
+	// delete-on-write).
+	Invalidate(ctx context.Context, key string) error
+	// Stats returns the mode's own counters for the table's extra figures
+	// (hits, tier errors...). Names are snake_case.
+	Stats() map[string]float64
+	Close() error
+}
+
+// ReaderConfig is what a scenario gives a mode to build its Reader.
+type ReaderConfig struct {
+	// RedisAddrs are the shared tier's addresses: one for standalone, the
+	// nodes of a cluster otherwise. Empty means no shared tier.
+	RedisAddrs []string
+	// Load is the source of truth (the database).
+	Load func(ctx context.Context, key string) ([]byte, error)
+	// TTL is how long a value is fresh: the naive mode's Redis TTL, and
+	// holdfast's hard TTL.
+	TTL time.Duration
+	// SoftTTL is when holdfast starts refreshing a value while still
+	// serving it (stale-while-revalidate). Zero means 0.8×TTL.
+	SoftTTL time.Duration
+	// StaleIfError is how long past TTL holdfast may serve a value when the
+	// source or the tier fails. Zero means none.
+	StaleIfError time.Duration
+	// LoadCap is the source's concurrency cap, given to modes that have a
+	// load limiter of their own. Zero means no cap (a large limit).
+	LoadCap int
+	// Timeout is the naive mode's per-command Redis timeout (the seed's
+	// 100 ms) and holdfast's read budget. Zero means 100 ms.
+	Timeout time.Duration
+}
+
+func (c ReaderConfig) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return 100 * time.Millisecond
+}
+
+// Mode is one way of reading through the cache: the naive baseline or
+// holdfast. New returns a *MissingError when the mode's parts do not exist.
+type Mode struct {
+	Name string
+	New  func(ctx context.Context, cfg ReaderConfig) (Reader, error)
+}
+
+// Modes are run in this order in every scenario: the "before" first.
+var Modes = []Mode{
+	{Name: "naive", New: NewNaive},
+	{Name: "holdfast", New: NewHoldfast},
+}
+
+// MissingError reports that a part a scenario or mode needs is not built
+// yet. The lab prints it and exits non-zero; it never fakes the part.
+type MissingError struct {
+	Part string
+}
+
+func (e *MissingError) Error() string { return "missing: " + e.Part }
+
+// IsMissing reports whether err says a part is missing.
+func IsMissing(err error) bool {
+	var m *MissingError
+	return errors.As(err, &m)
+}
+
+// classify turns a Reader's answer into an Outcome.
+func classify(stale bool, err error) Outcome {
+	switch {
+	case err == nil && stale:
+		return Stale
+	case err == nil:
+		return OK
+	case errors.Is(err, ErrRejected):
+		return Rejected
+	}
+	return Failed
+}
+
+func wrapMode(mode string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("mode %s: %w", mode, err)
+}

@@ -1,0 +1,160 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// Report is one scenario's result; its JSON is the lab's output schema
+// (issue 8): {"scenario","params","modes":[...]}.
+type Report struct {
+	Scenario string         `json:"scenario"`
+	Params   map[string]any `json:"params"`
+	Modes    []ModeResult   `json:"modes"`
+
+	// Not in the JSON: what the chart and the table need besides it.
+	Summary  string           `json:"-"`
+	Figure   string           `json:"-"` // the figure the scenario's issue asks for
+	Duration time.Duration    `json:"-"` // the time axis
+	Window   [2]time.Duration `json:"-"`
+	Missing  []string         `json:"-"` // "mode: part" for each mode that could not run
+}
+
+// ModeResult is one mode's figures.
+type ModeResult struct {
+	Mode string `json:"mode"`
+	Stats
+	Window Stats              `json:"window"`
+	Nodes  []Node             `json:"nodes"`
+	Extra  map[string]float64 `json:"extra"`
+
+	Series []Second `json:"-"` // per second, for the chart
+}
+
+// Node is one Redis server's share of the commands in a mode.
+type Node struct {
+	Addr string `json:"addr"`
+	Role string `json:"role"`
+	Ops  int64  `json:"ops"`
+}
+
+// Options scale a run.
+type Options struct {
+	// Duration replaces the scenario's default length of one mode (30 s
+	// for the timed scenarios). Zero keeps the default.
+	Duration time.Duration
+	// Scale multiplies the length (and the fault times with it), for smoke
+	// runs. Zero means 1.
+	Scale float64
+	// Progress, when not nil, shows how far a mode has gone.
+	Progress *Progress
+	// Log receives one line per mode started; nil discards.
+	Log io.Writer
+
+	scenario string // set by Run, for the progress label
+}
+
+func (o Options) label(m Mode) string { return o.scenario + " / " + m.Name }
+
+func (o Options) length(def time.Duration) time.Duration {
+	d := def
+	if o.Duration > 0 {
+		d = o.Duration
+	}
+	if o.Scale > 0 {
+		d = time.Duration(float64(d) * o.Scale)
+	}
+	return max(d.Round(time.Millisecond), 100*time.Millisecond)
+}
+
+func (o Options) logf(format string, args ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, format+"\n", args...)
+	}
+}
+
+// Scenario is one experiment. Plan fixes its parameters for a run; the
+// returned Plan's RunMode is called once per mode, each on fresh processes.
+type Scenario struct {
+	Name    string
+	Summary string
+	// Missing, when set, names the part this scenario needs that does not
+	// exist yet; the scenario is listed but not run.
+	Missing string
+	Plan    func(o Options) Plan
+}
+
+// Plan is a scenario fixed for one run.
+type Plan struct {
+	Params   map[string]any
+	Figure   string
+	Duration time.Duration
+	Window   [2]time.Duration
+	RunMode  func(ctx context.Context, o Options, m Mode) (ModeResult, error)
+}
+
+var registry = map[string]Scenario{}
+
+// Register adds a scenario; a duplicate name is a programming error.
+func Register(s Scenario) {
+	if _, dup := registry[s.Name]; dup {
+		panic("lab: duplicate scenario " + s.Name)
+	}
+	registry[s.Name] = s
+}
+
+// Scenarios returns every registered scenario, by name.
+func Scenarios() []Scenario {
+	out := make([]Scenario, 0, len(registry))
+	for _, s := range registry {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Lookup returns the scenario called name.
+func Lookup(name string) (Scenario, bool) {
+	s, ok := registry[name]
+	return s, ok
+}
+
+// Run runs every mode of s in turn. A mode whose parts are missing is
+// recorded in Report.Missing and skipped; any other error stops the run.
+func Run(ctx context.Context, s Scenario, o Options, modes []Mode) (*Report, error) {
+	if s.Missing != "" {
+		return nil, &MissingError{Part: s.Missing}
+	}
+	p := s.Plan(o)
+	rep := &Report{
+		Scenario: s.Name, Params: p.Params, Summary: s.Summary, Figure: p.Figure,
+		Duration: p.Duration, Window: p.Window,
+	}
+	o.scenario = s.Name
+	for _, m := range modes {
+		o.logf("%s: mode %s", s.Name, m.Name)
+		load0 := loadAvg1()
+		res, err := p.RunMode(ctx, o, m)
+		if IsMissing(err) {
+			rep.Missing = append(rep.Missing, fmt.Sprintf("%s: %v", m.Name, err))
+			continue
+		}
+		if err != nil {
+			return rep, wrapMode(m.Name, err)
+		}
+		res.Mode = m.Name
+		if res.Extra == nil {
+			res.Extra = map[string]float64{}
+		}
+		res.Extra["load_avg_1m_start"] = load0
+		res.Extra["load_avg_1m_end"] = loadAvg1()
+		if res.Nodes == nil {
+			res.Nodes = []Node{}
+		}
+		rep.Modes = append(rep.Modes, res)
+	}
+	return rep, nil
+}

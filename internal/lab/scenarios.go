@@ -1,0 +1,199 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// The timed scenarios share issue 3's load: 200 req/s over 100 keys, a 12 ms
+// loader capped at 10 concurrent loads with no queue (seed 000's semaphore:
+// a refused load is a 503 at once), 30 s per mode with the fault in the
+// middle third. Keys are drawn from a fixed seed, so every mode sees the
+// same schedule.
+const (
+	baseRate     = 200.0
+	baseKeys     = 100
+	baseLoader   = 12 * time.Millisecond
+	baseCap      = 10
+	baseDuration = 30 * time.Second
+	// A value is fresh for 5 s (seed 000's stock TTL), so keys expire and
+	// reload during every fault window; holdfast may serve it up to 30 s
+	// past that when Redis or the source fails.
+	baseTTL          = 5 * time.Second
+	baseStaleIfError = 30 * time.Second
+)
+
+func init() {
+	Register(Scenario{Name: "redis-freeze", Summary: "Redis frozen with SIGSTOP for the middle third of the run (issue 3).", Plan: redisFault("freeze")})
+	Register(Scenario{Name: "redis-kill", Summary: "Redis killed with SIGKILL for the middle third, then restarted empty (issue 3).", Plan: redisFault("kill")})
+	Register(Scenario{Name: "redis-fail-during-put", Summary: "A cold key's first load kills Redis before the SET (seed 000's double load); Redis restarted empty at the end of the window.", Plan: failDuringPut})
+	Register(Scenario{Name: "db-slow", Summary: "The source's latency goes from 12 ms to 400 ms for the middle third.", Plan: dbFault("slow")})
+	Register(Scenario{Name: "db-down", Summary: "Every load fails for the middle third.", Plan: dbFault("down")})
+	Register(Scenario{Name: "stampede", Summary: "16 goroutines on one empty key with a 200 ms loader, 5 times (seed 000); 1,000 goroutines once; 16 with Redis down.", Plan: stampede})
+	Register(Scenario{Name: "hot-key", Summary: "Zipf-popular keys on a 3+3 Cluster, with a spike on one key in the middle third (seed 002): hot_tier_share, node_ops_max_over_mean.", Plan: hotKey})
+	Register(Scenario{Name: "hit-during-load", Summary: "Hits on warm keys while 1 s loads of other keys run (seed 000's one lock per cache name).", Plan: hitDuringLoad})
+	Register(Scenario{Name: "stale-set-race", Summary: "Writes (update + invalidate) racing loads: a late SET must not put an old version back (violations).", Plan: staleSetRace})
+	Register(Scenario{Name: "cross-process-stampede", Summary: "4 OS processes × 250 goroutines on one cold key, 3 times (seed 000's two JVMs).", Plan: crossProcessStampede})
+	Register(Scenario{Name: "autocomplete", Summary: "Bursts of typing, debounced on the client, over a 15 ms search; Redis frozen for the middle third (seed 001).", Plan: autocomplete})
+
+	// The core and the standalone Redis tier exist; these need more.
+	for _, s := range []Scenario{
+		{Name: "node-freeze", Summary: "One cluster node frozen: first_ejection_ms, healthy_keys_p99_ratio.", Missing: "scenario not written yet: needs the Cluster tier (per-node breakers, readiness) in package redis"},
+		{Name: "replica-resync", Summary: "A replica in full resync must not serve reads: unready_replica_reads.", Missing: "scenario not written yet: needs the Cluster tier (per-node breakers, readiness) in package redis"},
+	} {
+		Register(s)
+	}
+}
+
+// holdfastConfig says how the holdfast mode is set up (see NewHoldfast).
+const holdfastConfig = "library defaults (hot tier on; Redis tier: 50 ms read budget, 100 ms write timeout, breaker on) with soft TTL 0.8×TTL, the scenario's TTL and stale-if-error, load limit = loader cap"
+
+func baseParams(d time.Duration, w [2]time.Duration) map[string]any {
+	return map[string]any{
+		"rate_per_s":         baseRate,
+		"keys":               baseKeys,
+		"loader_ms":          ms(baseLoader),
+		"loader_cap":         baseCap,
+		"loader_queue":       0,
+		"ttl_s":              baseTTL.Seconds(),
+		"stale_if_error_s":   baseStaleIfError.Seconds(),
+		"redis_timeout_ms":   100,
+		"duration_s":         d.Seconds(),
+		"fault_start_s":      w[0].Seconds(),
+		"fault_end_s":        w[1].Seconds(),
+		"latency_from":       "scheduled start (open model)",
+		"max_in_flight":      2000,
+		"redis_server":       "standalone, fresh per mode",
+		"naive_redis_client": "rueidis, no client-side cache, no retries",
+		"holdfast_config":    holdfastConfig,
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func middleThird(d time.Duration) [2]time.Duration {
+	// Rounded to the millisecond so that tables and params read 0.667 s,
+	// not 0.666666666 s.
+	return [2]time.Duration{(d / 3).Round(time.Millisecond), (2 * d / 3).Round(time.Millisecond)}
+}
+
+// uniformKeys draws keys uniformly from n, with a fixed seed.
+func uniformKeys(prefix string, n int) func(int) string {
+	rng := rand.New(rand.NewPCG(8, uint64(n)))
+	return func(int) string { return fmt.Sprintf("%s:%d", prefix, rng.IntN(n)) }
+}
+
+func baseTraffic(d time.Duration) Traffic {
+	w := middleThird(d)
+	return Traffic{
+		Schedule: ConstantRate(baseRate, d, uniformKeys("product", baseKeys)),
+		Duration: d,
+		Window:   w,
+		Source:   SourceConfig{Latency: baseLoader, Cap: baseCap},
+		Reader:   ReaderConfig{TTL: baseTTL, StaleIfError: baseStaleIfError, Timeout: 100 * time.Millisecond},
+	}
+}
+
+func redisFault(kind string) func(o Options) Plan {
+	return func(o Options) Plan {
+		d := o.length(baseDuration)
+		t := baseTraffic(d)
+		p := baseParams(d, t.Window)
+		// Issue 3: loader calls during an outage grow with keys, not
+		// traffic: at most keys × (1 + outage / hard TTL).
+		t.Extra = func(f *Fixture, r *ModeResult) {
+			out := t.Window[1] - t.Window[0]
+			r.Extra["window_loader_bound"] = float64(baseKeys) * (1 + float64(out)/float64(baseTTL))
+		}
+		switch kind {
+		case "freeze":
+			p["fault"] = "SIGSTOP redis-server, SIGCONT at the end of the window"
+			t.Faults = []Fault{
+				{At: t.Window[0], Name: "freeze", Do: func(_ context.Context, f *Fixture) error { return f.Redis.Freeze() }},
+				{At: t.Window[1], Name: "thaw", Do: func(_ context.Context, f *Fixture) error { return f.Redis.Thaw() }},
+			}
+			return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode,
+				Figure: "frozen window: holdfast p50 ≤ 2 ms, p99 ≤ 60 ms, 0 errors; loader calls ≤ keys × (1 + outage / TTL)"}
+		default:
+			p["fault"] = "SIGKILL redis-server, restarted empty at the end of the window"
+			t.Faults = []Fault{
+				{At: t.Window[0], Name: "kill", Do: func(_ context.Context, f *Fixture) error { return f.Redis.Kill() }},
+				{At: t.Window[1], Name: "restart", Do: func(ctx context.Context, f *Fixture) error { return f.Redis.Restart(ctx) }},
+			}
+			return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode,
+				Figure: "killed window: holdfast p99 ≤ 20 ms, 0 errors; loader calls ≤ keys × (1 + outage / TTL)"}
+		}
+	}
+}
+
+// failDuringPut: every request reads one key; at the window's start the
+// traffic moves to a cold key, and the first load of that key kills Redis
+// right after the value is loaded, so its SET fails (seed 000: "a Redis
+// failure after the load, during the put, made the loader run twice for one
+// request"). Redis comes back empty at the end of the window.
+func failDuringPut(o Options) Plan {
+	// 10 s, so that the window (3.3 s) ends before the cold key's soft time
+	// (4 s): any second load in it is the double load, not a refresh.
+	d := o.length(10 * time.Second)
+	t := baseTraffic(d)
+	w := t.Window
+	t.Schedule = ConstantRate(baseRate, d, func(i int) string { return "product:warm" })
+	for i := range t.Schedule {
+		if t.Schedule[i].At >= w[0] {
+			t.Schedule[i].Key = "product:cold"
+		}
+	}
+	t.Setup = func(f *Fixture) error {
+		// Once: concurrent first loads of the cold key all wait for the one
+		// kill, so none of their SETs can reach the old process.
+		var once sync.Once
+		f.Source.AfterLoad(func(key string) {
+			if key == "product:cold" {
+				once.Do(func() { _ = f.Redis.Kill() })
+			}
+		})
+		return nil
+	}
+	t.Faults = []Fault{
+		{At: w[1], Name: "restart", Do: func(ctx context.Context, f *Fixture) error { return f.Redis.Restart(ctx) }},
+	}
+	t.Extra = func(f *Fixture, r *ModeResult) {
+		r.Extra["cold_key_loads"] = float64(r.Window.LoaderCalls)
+	}
+	p := baseParams(d, w)
+	p["keys"] = 1
+	p["fault"] = "traffic moves to a cold key at fault_start_s; its first load SIGKILLs redis-server before the SET; restarted empty at fault_end_s"
+	return Plan{Params: p, Duration: d, Window: w, RunMode: t.RunMode,
+		Figure: "cold_key_loads: loads of the one cold key while Redis is down (holdfast: 1)"}
+}
+
+func dbFault(kind string) func(o Options) Plan {
+	return func(o Options) Plan {
+		d := o.length(baseDuration)
+		t := baseTraffic(d)
+		p := baseParams(d, t.Window)
+		var fig string
+		switch kind {
+		case "slow":
+			const slow = 400 * time.Millisecond
+			p["fault"] = "source latency 12 ms → 400 ms"
+			p["slow_loader_ms"] = ms(slow)
+			t.Faults = []Fault{
+				{At: t.Window[0], Name: "slow", Do: func(_ context.Context, f *Fixture) error { f.Source.SetLatency(slow); return nil }},
+				{At: t.Window[1], Name: "fast", Do: func(_ context.Context, f *Fixture) error { f.Source.SetLatency(baseLoader); return nil }},
+			}
+			fig = "slow window: p99 and rejected (holdfast serves stale while one refresh waits)"
+		default:
+			p["fault"] = "every load fails (after its 12 ms)"
+			t.Faults = []Fault{
+				{At: t.Window[0], Name: "down", Do: func(_ context.Context, f *Fixture) error { f.Source.SetDown(true); return nil }},
+				{At: t.Window[1], Name: "up", Do: func(_ context.Context, f *Fixture) error { f.Source.SetDown(false); return nil }},
+			}
+			fig = "down window: errors (holdfast serves last-known-good values within stale_if_error_s)"
+		}
+		return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode, Figure: fig}
+	}
+}

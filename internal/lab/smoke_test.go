@@ -1,0 +1,82 @@
+package lab
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// redis-freeze in both modes, scaled down to 2 s per mode, against a real
+// redis-server: the scenario runs end to end and its figures are sane.
+func TestSmokeRedisFreeze(t *testing.T) {
+	s, ok := Lookup("redis-freeze")
+	if !ok {
+		t.Fatal("redis-freeze not registered")
+	}
+	rep, err := Run(context.Background(), s, Options{Duration: 2 * time.Second}, Modes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Missing) > 0 {
+		t.Fatalf("modes missing: %v", rep.Missing)
+	}
+	for _, m := range rep.Modes {
+		// 200 req/s for 2 s; the window is the middle third.
+		if m.Requests != 400 || m.Window.Requests < 130 || m.Window.Requests > 136 {
+			t.Errorf("%s: requests %d, window %d; want 400, ~133", m.Mode, m.Requests, m.Window.Requests)
+		}
+		if m.LoaderCalls == 0 || len(m.Series) < 2 || m.Nodes[0].Ops <= 0 {
+			t.Errorf("%s: loader calls %d, series %d, nodes %+v", m.Mode, m.LoaderCalls, len(m.Series), m.Nodes)
+		}
+		if m.Mode == "naive" && (m.Window.P50 < 50 || m.Extra["redis_get_errors"] == 0) {
+			// Frozen Redis: a naive read waits on its GET until the 100 ms
+			// timeout, or until rueidis drops the silent connection (its
+			// write timeout, also 100 ms, can fire a little earlier for
+			// reads queued behind the first): far above a hit's 1 ms.
+			t.Errorf("naive window p50 %v ms, get errors %v; want ≥ 50 ms and some", m.Window.P50, m.Extra["redis_get_errors"])
+		}
+	}
+	dir := t.TempDir()
+	if _, err := Write(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "redis-freeze.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	wellFormed(t, f)
+}
+
+// Every runnable scenario, every mode, shortened: each must run without
+// error. Scenarios that declare a missing part must say so.
+func TestSmokeAllScenarios(t *testing.T) {
+	for _, s := range Scenarios() {
+		if s.Name == "redis-freeze" {
+			continue // above
+		}
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			rep, err := Run(context.Background(), s, Options{Duration: 1500 * time.Millisecond}, Modes)
+			if s.Missing != "" {
+				if !IsMissing(err) {
+					t.Fatalf("declared missing %q, Run returned %v", s.Missing, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Missing) > 0 {
+				t.Fatalf("modes missing: %v", rep.Missing)
+			}
+			for _, m := range rep.Modes {
+				if m.Requests == 0 {
+					t.Errorf("%s: no request", m.Mode)
+				}
+			}
+		})
+	}
+}
