@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -103,7 +104,7 @@ type Cache struct {
 
 	mu         sync.Mutex
 	namespaces map[string]*Namespace
-	closed     bool
+	closed     atomic.Bool // set under mu; read without it on the miss path
 }
 
 // New returns a Cache configured by opts, or an error if opts is invalid.
@@ -154,7 +155,7 @@ func (c *Cache) Namespace(name string, p Policy) (*Namespace, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return nil, ErrClosed
 	}
 	if _, dup := c.namespaces[name]; dup {
@@ -234,7 +235,7 @@ func (c *Cache) LoadsInFlight() int { return c.limit.inUse() }
 func (c *Cache) Close() error {
 	c.closing.Do(func() {
 		c.mu.Lock()
-		c.closed = true
+		c.closed.Store(true)
 		c.mu.Unlock()
 		c.cancel()
 	})
@@ -249,7 +250,7 @@ func (c *Cache) Close() error {
 // does not run fn, once the cache is closing.
 func (c *Cache) goOwned(fn func()) bool {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		return false
 	}

@@ -162,17 +162,37 @@ func (n *Namespace) xfetchDue(m *meta, now int64) bool {
 }
 
 // fetch joins or starts the flight for key and waits for its answer.
+//
+// A leader looks the key up itself, hot tier again and shared tier, on its
+// own goroutine: a shared-tier hit, the common miss of the hot tier, then
+// costs no goroutine and no hand-off (measured here: a goroutine per flight
+// halved shared-hit throughput). That read ignores the leader's
+// cancellation, since joiners depend on it, and is bounded by the tier's
+// read budget. Only a load moves to a goroutine of the Cache's, detached
+// from every caller.
 func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Result, error) {
 	f, leader := n.flights.join(key)
-	if leader {
-		if !n.c.goOwned(func() { n.run(f, key, loader, 0) }) {
-			n.flights.done(key, f)
-			return Result{}, ErrClosed
-		}
-	} else {
+	if !leader {
 		n.ctr.inc(evCoalesced)
+		return n.wait(ctx, f, true)
 	}
-	return n.wait(ctx, f, !leader)
+	if n.c.closed.Load() {
+		n.flights.done(key, f)
+		f.finish(Result{}, ErrClosed)
+		return Result{}, ErrClosed
+	}
+	out, done, st := n.lookup(context.WithoutCancel(ctx), f, key, 0)
+	if done {
+		n.flights.done(key, f)
+		f.finish(out.res, out.err)
+		return out.res, out.err
+	}
+	if !n.c.goOwned(func() { n.finishFlight(f, key, loader, st) }) {
+		n.flights.done(key, f)
+		f.finish(Result{}, ErrClosed)
+		return Result{}, ErrClosed
+	}
+	return n.wait(ctx, f, false)
 }
 
 func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result, error) {
@@ -211,15 +231,23 @@ func (n *Namespace) startRefresh(key string, loader Loader, origin int64) {
 	}
 }
 
-// run performs one flight on its own goroutine, on a context detached from
-// the callers and bounded by the load timeout. refreshOf is zero for a read,
-// or the origin time of the value a background refresh replaces.
+// run performs a background refresh on its own goroutine: the lookup, then
+// the load. refreshOf is the origin time of the value it replaces.
 func (n *Namespace) run(f *flight, key string, loader Loader, refreshOf int64) {
-	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
-	defer cancel()
-	res, err := n.resolve(ctx, f, key, loader, refreshOf)
-	// Leave the group before finishing: readers that come after find the
-	// stored value in the tiers, or start a new flight.
+	out, done, st := n.lookup(n.c.ctx, f, key, refreshOf)
+	if done {
+		n.flights.done(key, f)
+		f.finish(out.res, out.err)
+		return
+	}
+	n.finishFlight(f, key, loader, st)
+}
+
+// finishFlight loads for a flight whose lookup found no usable value, then
+// ends the flight. Leaving the group before finishing means readers that
+// come after find the stored value in the tiers, or start a new flight.
+func (n *Namespace) finishFlight(f *flight, key string, loader Loader, st lookupState) {
+	res, err := n.load(f, key, loader, st)
 	n.flights.done(key, f)
 	f.finish(res, err)
 }
@@ -233,11 +261,20 @@ const (
 	tierNone // there is no shared tier
 )
 
-// resolve is the body of a flight: the tiers checked again, then the loader.
-func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader Loader, refreshOf int64) (Result, error) {
+// lookupState is what a flight's lookup leaves for its load.
+type lookupState struct {
+	status   tierStatus // the shared tier's answer
+	fallback *meta      // a value that stale-if-error may still serve
+}
+
+// lookup is the first half of a flight: the hot tier again, then the shared
+// tier (and, while it fails, last-known-good). done means the flight has its
+// answer; otherwise it must load, and a stale value may have been published
+// to its readers already, the load then being its refresh.
+func (n *Namespace) lookup(ctx context.Context, f *flight, key string, refreshOf int64) (outcome, bool, lookupState) {
 	now := n.now()
 	if out, ok := n.recheckHot(key, now, refreshOf); ok {
-		return out.res, out.err
+		return out, true, lookupState{}
 	}
 	status := tierNone
 	var m meta
@@ -245,11 +282,17 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 		m, status = n.sharedGet(ctx, key)
 	}
 	out, done, fallback := n.afterShared(f, key, &m, status, now, refreshOf)
-	if done {
-		return out.res, out.err
-	}
-	ver := n.readVersion(ctx, key, status)
-	if n.p.Lease.Enabled && n.coord != nil && status == tierMiss && !f.published {
+	return out, done, lookupState{status, fallback}
+}
+
+// load is the second half of a flight, on a context detached from the
+// callers and bounded by the load timeout: the key's version, a lease if the
+// namespace takes them, the limiter, the loader, and the stores.
+func (n *Namespace) load(f *flight, key string, loader Loader, st lookupState) (Result, error) {
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
+	ver := n.readVersion(ctx, key, st.status)
+	if n.p.Lease.Enabled && n.coord != nil && st.status == tierMiss && !f.published {
 		out, done, token := n.leaseOrWait(ctx, f, key)
 		if done {
 			return out.res, out.err
@@ -260,7 +303,7 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	}
 	if !n.acquire(ctx) {
 		n.ctr.inc(evRejected)
-		return n.failed(f, key, fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
+		return n.failed(f, key, st.fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
 	}
 	n.ctr.inc(evLoad)
 	start := n.c.clock.Now()
@@ -268,7 +311,7 @@ func (n *Namespace) resolve(ctx context.Context, f *flight, key string, loader L
 	cost := n.c.clock.Now().Sub(start)
 	n.release()
 	n.observe(cost, err)
-	out, write := n.loaded(f, key, val, err, start, cost, fallback)
+	out, write := n.loaded(f, key, val, err, start, cost, st.fallback)
 	if write != nil {
 		n.writeShared(ctx, []Item{*write}, []version{ver})
 		f.endStore()
