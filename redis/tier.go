@@ -27,6 +27,21 @@
 // within a 50 ms budget a retry mostly spends the time the caller needs for
 // its fallback, and the breaker has to see the failure.
 //
+// In a Redis Cluster each node also gets its own health (nodes.go): a node
+// is ejected after 3 failures in a row (or half of its recent requests) and
+// PINGed back on a jittered backoff from 250 ms to 10 s; a watchdog closes a
+// connection that has had a request outstanding and no reply for 1 s;
+// replicas are polled in the background for readiness (replication link up,
+// no sync or load in progress, offset close to the primary's) and take
+// reads only when ready; and each read goes to a node picked uniformly at
+// random among its slot's primary and ready replicas. When none is left the
+// read returns at once with an error wrapping holdfast.ErrBypassed, so the
+// Cache falls back to last-known-good or its loader without waiting. A
+// failing node counts against the tier's breaker only when no more nodes
+// may be ejected, so one bad node never opens it for all. NodeStats reports
+// each node. Options.Cluster tunes all of it; Disabled restores rueidis's
+// own routing to primaries.
+//
 // rueidis honours a ctx deadline on an established, pipelined connection,
 // but a call that has to reconnect can be held inside rueidis past it (the
 // connection handshake, waiting for another call's dial, closing a failed
@@ -61,8 +76,13 @@ type Tier struct {
 	opts    Options
 	cluster bool
 	br      *breaker.Breaker
+	nodes   *nodeSet // per-node health in Cluster mode; nil otherwise
 	closed  atomic.Bool
 	stats   counters
+
+	// budgetSlot is the read context shared by uncancellable reads of the
+	// current millisecond (see readContext).
+	budgetSlot atomic.Pointer[budgetSlot]
 
 	// suspect is set when a call fails and cleared by a success
 	// SuspectFor after the last failure (lastBad, Clock's unix nanoseconds).
@@ -110,6 +130,11 @@ func New(opts Options) (*Tier, error) {
 		AlwaysPipelining: true,
 	}
 	co.Dialer.Timeout = o.DialTimeout
+	if !o.Cluster.Disabled {
+		// Ignored by a standalone server. In a Cluster, rueidis's own slot
+		// map (which writes use) follows failovers at this pace too.
+		co.ClusterOption.ShardsRefreshInterval = o.Cluster.TopologyInterval
+	}
 	client, err := rueidis.NewClient(co)
 	if err != nil {
 		return nil, fmt.Errorf("redis tier: connect to %v: %w", o.Addrs, err)
@@ -119,6 +144,12 @@ func New(opts Options) (*Tier, error) {
 		opts:    o,
 		cluster: client.Mode() == rueidis.ClientModeCluster,
 		br:      br,
+	}
+	if t.cluster && !o.Cluster.Disabled {
+		if t.nodes, err = newNodeSet(t); err != nil {
+			client.Close()
+			return nil, err
+		}
 	}
 	t.warm()
 	return t, nil
@@ -265,8 +296,11 @@ func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		}
 		return nil, false, fmt.Errorf("redis tier get %q: %w", key, err)
 	}
+	if t.nodes != nil {
+		return t.nodeGet(ctx, gen, key, full)
+	}
 	cmd := t.client.B().Get().Key(full).Build()
-	rctx, cancel := context.WithTimeout(ctx, t.opts.ReadBudget)
+	rctx, cancel := t.readContext(ctx)
 	var res rueidis.RedisResult
 	if t.guarded() {
 		res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
@@ -274,12 +308,15 @@ func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		res = t.client.Do(rctx, cmd)
 	}
 	cancel()
-	s, err := res.ToString()
+	// AsBytes aliases the reply's string instead of copying it: with
+	// client-side caching off, each reply is a fresh allocation that nobody
+	// else holds, and the Cache never modifies a value.
+	b, err := res.AsBytes()
 	t.end(ctx, gen, err)
 	switch {
 	case err == nil:
 		c.hits.add(1)
-		return []byte(s), true, nil
+		return b, true, nil
 	case rueidis.IsRedisNil(err):
 		c.misses.add(1)
 		return nil, false, nil
@@ -387,13 +424,13 @@ func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, e
 		return out, err
 	}
 
-	cmds := make(rueidis.Commands, len(groups))
-	for gi, g := range groups {
-		cmds[gi] = t.client.B().Mget().Key(g.keys...).Build()
-	}
 	rctx, cancel := context.WithTimeout(ctx, t.opts.ReadBudget)
 	var results []rueidis.RedisResult
-	if t.guarded() {
+	var bypassed []bool
+	var nodeOutcome breaker.Outcome
+	if t.nodes != nil {
+		results, bypassed, nodeOutcome = t.nodeMGet(rctx, groups)
+	} else if cmds := t.mgets(groups); t.guarded() {
 		results = guard(rctx, t, func() []rueidis.RedisResult { return t.client.DoMulti(rctx, cmds...) },
 			func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
 	} else {
@@ -413,6 +450,13 @@ func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, e
 				firstErr = err
 			}
 			failed++
+			if bypassed != nil && bypassed[gi] {
+				c.bypassed.add(len(g.idx))
+				for _, i := range g.idx {
+					out[i].Err = fmt.Errorf("redis tier get %q: %w", keys[i], err)
+				}
+				continue
+			}
 			c.errors.add(len(g.idx))
 			if isTimeout(err) {
 				c.timeouts.add(len(g.idx))
@@ -437,11 +481,24 @@ func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, e
 			out[i] = holdfast.Lookup{Value: []byte(s), Found: true}
 		}
 	}
-	t.end(ctx, gen, firstErr)
+	if t.nodes != nil {
+		t.br.Done(gen, nodeOutcome)
+	} else {
+		t.end(ctx, gen, firstErr)
+	}
 	if failed == len(groups) {
 		return out, fmt.Errorf("redis tier get %d keys: %w", len(keys), firstErr)
 	}
 	return out, nil
+}
+
+// mgets builds one MGET per group for rueidis's routing.
+func (t *Tier) mgets(groups []group) rueidis.Commands {
+	cmds := make(rueidis.Commands, len(groups))
+	for gi, g := range groups {
+		cmds[gi] = t.client.B().Mget().Key(g.keys...).Build()
+	}
+	return cmds
 }
 
 // Set writes items with SET key value PX ttl, pipelined. Items that are too
@@ -456,6 +513,7 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 	var errs []error
 	cmds := make(rueidis.Commands, 0, len(items))
 	keys := make([]string, 0, len(items))
+	var slots []uint16 // with per-node health only
 	for _, it := range items {
 		full, err := t.fullKey(it.Key)
 		if err == nil && len(it.Value) > t.opts.MaxValueBytes {
@@ -482,11 +540,14 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 		// its buffer by then.
 		cmds = append(cmds, t.client.B().Set().Key(full).Value(string(it.Value)).PxMilliseconds(ms).Build())
 		keys = append(keys, it.Key)
+		if t.nodes != nil {
+			slots = append(slots, slot(full))
+		}
 	}
 	if len(cmds) == 0 {
 		return errors.Join(errs...)
 	}
-	err := t.write(ctx, cmds, keys, nil, "set", &c.setErrors, &c.setBypassed)
+	err := t.write(ctx, cmds, keys, nil, slots, "set", &c.setErrors, &c.setBypassed)
 	return errors.Join(append(errs, err)...)
 }
 
@@ -517,20 +578,26 @@ func (t *Tier) Delete(ctx context.Context, keys ...string) error {
 	cmds := make(rueidis.Commands, len(groups))
 	names := make([]string, len(groups))
 	weights := make([]int, len(groups))
+	var slots []uint16 // with per-node health only
 	for gi, g := range groups {
 		cmds[gi] = t.client.B().Del().Key(g.keys...).Build()
 		names[gi] = strings.Join(g.keys, " ")
 		weights[gi] = len(g.keys)
+		if t.nodes != nil {
+			slots = append(slots, slot(g.keys[0]))
+		}
 	}
-	err := t.write(ctx, cmds, names, weights, "delete", &c.deleteErrors, &c.delBypassed)
+	err := t.write(ctx, cmds, names, weights, slots, "delete", &c.deleteErrors, &c.delBypassed)
 	return errors.Join(append(errs, err)...)
 }
 
 // write sends write commands under WriteTimeout through the breaker. names
 // label the commands in errors; weights (nil: 1 each) are the keys each
 // command carries, which errCount and bypassCount count when it fails or is
-// skipped.
-func (t *Tier) write(ctx context.Context, cmds rueidis.Commands, names []string, weights []int, op string, errCount, bypassCount *counter) error {
+// skipped. slots (nil without per-node health) are the commands' hash
+// slots: a command whose primary is ejected is skipped as bypassed, and
+// each result is reported to its primary's health.
+func (t *Tier) write(ctx context.Context, cmds rueidis.Commands, names []string, weights []int, slots []uint16, op string, errCount, bypassCount *counter) error {
 	weight := func(i int) int {
 		if weights == nil {
 			return 1
@@ -552,22 +619,60 @@ func (t *Tier) write(ctx context.Context, cmds rueidis.Commands, names []string,
 	}
 	wctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
 	defer cancel()
-	send := func() []rueidis.RedisResult {
-		if len(cmds) == 1 {
-			return []rueidis.RedisResult{t.client.Do(wctx, cmds[0])}
+	var owners []*node
+	var skip []bool
+	var errs []error
+	toSend := cmds
+	if slots != nil {
+		owners, skip = t.nodes.writeOwners(slots)
+		toSend = make(rueidis.Commands, 0, len(cmds))
+		for i, cmd := range cmds {
+			if skip[i] {
+				bypassCount.add(weight(i))
+				errs = append(errs, fmt.Errorf("redis tier %s %q: primary %s ejected: %w", op, names[i], owners[i].addr, holdfast.ErrBypassed))
+				continue
+			}
+			toSend = append(toSend, cmd)
 		}
-		return t.client.DoMulti(wctx, cmds...)
+		if len(toSend) == 0 {
+			t.br.Done(gen, breaker.Ignore)
+			return errors.Join(errs...)
+		}
+	}
+	send := func() []rueidis.RedisResult {
+		if len(toSend) == 1 {
+			return []rueidis.RedisResult{t.client.Do(wctx, toSend[0])}
+		}
+		return t.client.DoMulti(wctx, toSend...)
 	}
 	var results []rueidis.RedisResult
 	if t.guarded() {
-		results = guard(wctx, t, send, func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
+		results = guard(wctx, t, send, func(err error) []rueidis.RedisResult { return errorResults(len(toSend), err) })
 	} else {
 		results = send()
 	}
 	var firstErr error
-	var errs []error
-	for i, r := range results {
-		if err := r.Error(); err != nil {
+	o := breaker.Ignore
+	// One outcome per primary per call: a pipeline that timed out on a
+	// node is one failure of that node, not one per command.
+	var nodeErr map[*node]error
+	if owners != nil {
+		nodeErr = make(map[*node]error)
+	}
+	j := 0
+	for i := range cmds {
+		if skip != nil && skip[i] {
+			continue
+		}
+		err := results[j].Error()
+		j++
+		if p := owners; p != nil && p[i] != nil {
+			p[i].requests.add(1)
+			if prev, seen := nodeErr[p[i]]; !seen || prev == nil {
+				nodeErr[p[i]] = err
+			}
+		}
+		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
@@ -575,8 +680,33 @@ func (t *Tier) write(ctx context.Context, cmds rueidis.Commands, names []string,
 			errs = append(errs, fmt.Errorf("redis tier %s %q: %w", op, names[i], err))
 		}
 	}
-	t.end(ctx, gen, firstErr)
+	for n, err := range nodeErr {
+		o = worse(o, t.nodeOutcome(ctx, n, err))
+	}
+	if owners == nil {
+		t.end(ctx, gen, firstErr)
+	} else {
+		t.br.Done(gen, worse(o, t.nodeOutcome(ctx, nil, unownedErr(owners, skip, results))))
+	}
 	return errors.Join(errs...)
+}
+
+// unownedErr returns the first error among write results whose slot had no
+// primary in the map (their health is the tier's alone).
+func unownedErr(owners []*node, skip []bool, results []rueidis.RedisResult) error {
+	j := 0
+	for i := range owners {
+		if skip[i] {
+			continue
+		}
+		if owners[i] == nil {
+			if err := results[j].Error(); err != nil {
+				return err
+			}
+		}
+		j++
+	}
+	return nil
 }
 
 // Close closes the connections, which stops rueidis's goroutines and makes
@@ -589,6 +719,9 @@ func (t *Tier) Close() error {
 	t.mu.Unlock()
 	if already {
 		return nil
+	}
+	if t.nodes != nil {
+		t.nodes.close()
 	}
 	t.client.Close()
 	t.wg.Wait()
