@@ -90,7 +90,7 @@ type Main struct {
 	Logger *slog.Logger
 
 	store   catalog.Store
-	tier    *redis.Tier
+	tier    *redis.Lazy
 	cache   *holdfast.Cache
 	handler *cdhttp.Handler
 	server  *cdhttp.Server
@@ -220,11 +220,19 @@ func (m *Main) Run(ctx context.Context) error {
 		for i := range addrs {
 			addrs[i] = strings.TrimSpace(addrs[i])
 		}
-		if m.tier, err = redis.New(redis.Options{Addrs: addrs, KeyPrefix: c.RedisKeyPrefix}); err != nil {
+		// Connected in the background: catalogd starts, and serves from
+		// its own tiers and the database, while Redis is down.
+		if m.tier, err = redis.NewLazy(redis.Options{Addrs: addrs, KeyPrefix: c.RedisKeyPrefix}); err != nil {
 			return fmt.Errorf("redis %s: %w", c.Redis, err)
 		}
 		shared = m.tier
-		log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", hotTTL)
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := m.tier.WaitConnected(wctx); err != nil {
+			log.Warn("Redis not reachable yet; serving from in-process tiers and the database, connecting in the background", "addrs", addrs)
+		} else {
+			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", hotTTL)
+		}
+		cancel()
 	} else {
 		// Without a shared tier the hot tier is the only cache, so it keeps
 		// each value as long as the policy allows: a shorter hot TTL would

@@ -1,0 +1,170 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+)
+
+// Lazy is a Tier that connects in the background, so that a service can
+// start while Redis is down (a restart during a Redis outage must not make
+// the outage an outage of the service). Until the first connection succeeds
+// every call returns at once with an error wrapping holdfast.ErrBypassed:
+// the Cache then serves from its own tiers and the loader, and queues its
+// invalidations for replay, as it does while a breaker is open. Once
+// connected, Lazy is the Tier.
+type Lazy struct {
+	opts Options
+	tier atomic.Pointer[Tier]
+	stop chan struct{}
+	done chan struct{}
+}
+
+var _ holdfast.Coordinator = (*Lazy)(nil)
+
+// NewLazy validates opts and starts connecting in the background, retrying
+// with jittered exponential backoff from 250 ms to 10 s until it succeeds
+// or Close is called.
+func NewLazy(opts Options) (*Lazy, error) {
+	if _, _, err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	l := &Lazy{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	go l.connect()
+	return l, nil
+}
+
+func (l *Lazy) connect() {
+	defer close(l.done)
+	wait := 250 * time.Millisecond
+	for {
+		if t, err := New(l.opts); err == nil {
+			l.tier.Store(t)
+			return
+		}
+		// Full jitter: many instances restarted together must not retry
+		// in step.
+		timer := time.NewTimer(time.Duration(rand.Int64N(int64(wait))) + wait/2)
+		select {
+		case <-l.stop:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// Tier returns the connected Tier, or nil while still connecting.
+func (l *Lazy) Tier() *Tier { return l.tier.Load() }
+
+// WaitConnected waits until the Tier is connected or ctx ends.
+func (l *Lazy) WaitConnected(ctx context.Context) error {
+	for {
+		if l.tier.Load() != nil {
+			return nil
+		}
+		select {
+		case <-l.done:
+			if l.tier.Load() == nil {
+				return fmt.Errorf("redis tier: closed before connecting")
+			}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+var errNotConnected = fmt.Errorf("redis tier not connected yet: %w", holdfast.ErrBypassed)
+
+// Get implements holdfast.Tier.
+func (l *Lazy) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.Get(ctx, key)
+	}
+	return nil, false, errNotConnected
+}
+
+// GetMany implements holdfast.Tier.
+func (l *Lazy) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.GetMany(ctx, keys)
+	}
+	return nil, errNotConnected
+}
+
+// Set implements holdfast.Tier.
+func (l *Lazy) Set(ctx context.Context, items ...holdfast.Item) error {
+	if t := l.tier.Load(); t != nil {
+		return t.Set(ctx, items...)
+	}
+	return errNotConnected
+}
+
+// Delete implements holdfast.Tier.
+func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
+	if t := l.tier.Load(); t != nil {
+		return t.Delete(ctx, keys...)
+	}
+	return errNotConnected
+}
+
+// Version implements holdfast.Coordinator.
+func (l *Lazy) Version(ctx context.Context, key string) (uint64, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.Version(ctx, key)
+	}
+	return 0, errNotConnected
+}
+
+// SetIfVersion implements holdfast.Coordinator.
+func (l *Lazy) SetIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.SetIfVersion(ctx, it, version)
+	}
+	return false, errNotConnected
+}
+
+// Invalidate implements holdfast.Coordinator.
+func (l *Lazy) Invalidate(ctx context.Context, keys ...string) error {
+	if t := l.tier.Load(); t != nil {
+		return t.Invalidate(ctx, keys...)
+	}
+	return errNotConnected
+}
+
+// Lease implements holdfast.Coordinator.
+func (l *Lazy) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.Lease(ctx, key, token, ttl)
+	}
+	return false, errNotConnected
+}
+
+// Release implements holdfast.Coordinator.
+func (l *Lazy) Release(ctx context.Context, key, token string) error {
+	if t := l.tier.Load(); t != nil {
+		return t.Release(ctx, key, token)
+	}
+	return errNotConnected
+}
+
+// Close stops connecting and closes the Tier if it connected.
+func (l *Lazy) Close() error {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+	if t := l.tier.Load(); t != nil {
+		return t.Close()
+	}
+	return nil
+}
