@@ -50,7 +50,6 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 			setErr(i, err)
 			continue
 		}
-		n.ctr.inc(evRead)
 		if n.hotKeys != nil {
 			n.hotKeys.Record(key, now)
 		}
@@ -66,6 +65,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 				continue
 			}
 		}
+		n.ctr.inc(evRead) // past the hot tier; see Get
 		f, leader := n.flights.join(key)
 		if leader {
 			mine = append(mine, key)

@@ -57,8 +57,9 @@ type Stats struct {
 type event int
 
 const (
-	evRead event = iota
-	evHotHit
+	evRead          event = iota
+	evHotHit              // answered by the hot tier before the flight: not counted in evRead
+	evHotRecheckHit       // answered by the hot tier inside a flight: counted in evRead too
 	evSharedHit
 	evSharedMiss
 	evSharedError
@@ -141,8 +142,8 @@ func (c *counters) sum(e event) uint64 {
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Reads:            c.sum(evRead),
-		HotHits:          c.sum(evHotHit),
+		Reads:            c.sum(evRead) + c.sum(evHotHit),
+		HotHits:          c.sum(evHotHit) + c.sum(evHotRecheckHit),
 		SharedHits:       c.sum(evSharedHit),
 		SharedMisses:     c.sum(evSharedMiss),
 		SharedErrors:     c.sum(evSharedError),

@@ -114,7 +114,6 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 	if err := n.checkKey(key); err != nil {
 		return Result{}, err
 	}
-	n.ctr.inc(evRead)
 	if n.hot != nil {
 		now := n.now()
 		if n.hotKeys != nil {
@@ -132,6 +131,9 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 			return n.servedNegative(m, SourceHot)
 		}
 	}
+	// Reads are counted here, past the hot tier; Stats adds the hot hits,
+	// which saves a hit its second counter.
+	n.ctr.inc(evRead)
 	return n.fetch(ctx, key, loader)
 }
 
@@ -329,7 +331,7 @@ func (n *Namespace) recheckHot(key string, now, refreshOf int64) (outcome, bool)
 	if m == nil {
 		return outcome{}, false
 	}
-	n.ctr.inc(evHotHit)
+	n.ctr.inc(evHotRecheckHit)
 	res, err := n.served(m, SourceHot)
 	return outcome{res, err}, true
 }
