@@ -242,6 +242,7 @@ func ChildMain(stdin io.Reader, stdout io.Writer) int {
 	r, err := mode.New(ctx, ReaderConfig{
 		RedisAddrs: []string{os.Getenv("HOLDFAST_LAB_ADDR")}, Load: src.Load,
 		TTL: baseTTL, StaleIfError: baseStaleIfError, Timeout: 100 * time.Millisecond,
+		Leases: true, // seed 000's question: one load across processes, not one per process
 	})
 	if err != nil {
 		return fail(err)

@@ -77,6 +77,7 @@ func newHoldfastReader(cfg ReaderConfig, tier holdfast.Tier) (*holdfastReader, e
 		TTL:          cfg.TTL,
 		SoftTTL:      soft,
 		StaleIfError: cfg.StaleIfError,
+		Lease:        holdfast.LeasePolicy{Enabled: cfg.Leases},
 	})
 	if err != nil {
 		c.Close()

@@ -39,6 +39,9 @@ type ReaderConfig struct {
 	// LoadCap is the source's concurrency cap, given to modes that have a
 	// load limiter of their own. Zero means no cap (a large limit).
 	LoadCap int
+	// Leases makes holdfast coalesce loads across processes with per-key
+	// leases (Policy.Lease). The naive mode has nothing of the kind.
+	Leases bool
 	// Timeout is the naive mode's per-command Redis timeout (the seed's
 	// 100 ms) and holdfast's read budget. Zero means 100 ms.
 	Timeout time.Duration
