@@ -8,10 +8,10 @@ import (
 
 // The catalog the stores seed on first start: SeedSize products generated
 // from DefaultSeed.
-const (
-	DefaultSeed uint64 = 1
-	SeedSize           = 10_000
-)
+const DefaultSeed uint64 = 1
+
+// SeedSize is untyped: it counts products and bounds int64 ids.
+const SeedSize = 10_000
 
 // SeedEpoch is the instant the generated catalog was "last updated" at the
 // latest; every generated UpdatedAt is up to a year before it. It is fixed,
