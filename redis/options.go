@@ -51,12 +51,14 @@ type Options struct {
 	// by ReadBudget. Default 1 s.
 	DialTimeout time.Duration
 
-	// ConnTimeout closes a connection that has had a request outstanding
-	// for this long without any reply; the client also PINGs idle
-	// connections every second to find silent ones (rueidis's
-	// ConnWriteTimeout). It frees a connection to a frozen server so the
-	// next call reconnects instead of queueing behind it. Default 1 s
-	// (rueidis's default is 10 s).
+	// ConnTimeout is rueidis's ConnWriteTimeout: every second a
+	// connection that received nothing since the previous second is sent
+	// a PING, and closed when the PING gets no answer within ConnTimeout.
+	// It frees a connection to a frozen server so the next call reconnects
+	// instead of queueing behind it, two to three seconds after the
+	// freeze. In a Cluster, node connections also have the watchdog of
+	// ClusterOptions.SilentConnTimeout, which closes them one second after
+	// a request went unanswered. Default 1 s (rueidis's default is 10 s).
 	ConnTimeout time.Duration
 
 	// MaxKeyBytes is the largest key accepted, KeyPrefix included. A longer
@@ -71,6 +73,10 @@ type Options struct {
 
 	// Breaker configures the tier's circuit breaker.
 	Breaker BreakerOptions
+
+	// Cluster configures per-node health and read routing; it applies only
+	// when the server is a Redis Cluster. See ClusterOptions.
+	Cluster ClusterOptions
 
 	// Clock is the breaker's clock. Default time.Now; tests inject a fake.
 	Clock func() time.Time
@@ -102,6 +108,133 @@ type BreakerOptions struct {
 	Probes int
 }
 
+// ClusterOptions configures per-node health in Cluster mode: per-node
+// ejection with probes, the silent-connection watchdog, replica readiness
+// and random read routing (see nodes.go). The zero value means the
+// defaults; a standalone server ignores it.
+type ClusterOptions struct {
+	// Disabled turns per-node health off: reads and writes then go through
+	// rueidis's own Cluster routing, to primaries only, as the tier did
+	// before it had per-node health. Default false.
+	Disabled bool
+
+	// ConsecutiveFailures ejects a node after this many failed requests in
+	// a row (timeouts and connection errors alike). Default 3.
+	ConsecutiveFailures int
+	// FailureRate ejects a node when at least this share of its requests
+	// in Window failed, once Window holds MinRequests requests. Default 0.5.
+	FailureRate float64
+	// MinRequests is the number of requests in Window below which
+	// FailureRate does not apply. Default 20.
+	MinRequests int
+	// Window is the rolling window for FailureRate. Default 10 s.
+	Window time.Duration
+
+	// ProbeInterval is the first wait before an ejected node is probed
+	// with a PING; it doubles after each failed probe up to
+	// MaxProbeInterval. Each wait is jittered to between half and all of
+	// its value. A successful probe brings the node back. Default 250 ms.
+	ProbeInterval time.Duration
+	// MaxProbeInterval caps ProbeInterval's backoff. Default 10 s.
+	MaxProbeInterval time.Duration
+	// ProbeTimeout bounds a probe PING. Default 100 ms.
+	ProbeTimeout time.Duration
+
+	// MaxEjectedShare caps the share of known nodes ejected at once (at
+	// least one node may always be ejected). A node that would be ejected
+	// past the cap stays in (fail-open) and its failures count against the
+	// tier's breaker instead. Default 0.5.
+	MaxEjectedShare float64
+
+	// SilentConnTimeout closes a node connection that has had a request
+	// outstanding and nothing received for this long; its requests fail at
+	// once and the next request reconnects. Default 1 s.
+	SilentConnTimeout time.Duration
+
+	// ReadinessInterval is how often every node's INFO replication and
+	// persistence are polled in the background. Default 1 s.
+	ReadinessInterval time.Duration
+	// MaxReplicaLag is how far, in bytes of replication stream, a replica
+	// may be behind its primary's offset and still take reads. Default 1 MiB.
+	MaxReplicaLag int64
+
+	// TopologyInterval is how often the slot map (CLUSTER SLOTS) is
+	// refreshed; it is also refreshed at once after a MOVED or ASK reply.
+	// rueidis's own map (used by writes) is refreshed at the same
+	// interval. Default 1 s.
+	TopologyInterval time.Duration
+
+	// PrimaryAfterWrite sends the reads of a hash slot to its primary for
+	// this long after this Tier wrote to that slot, so that a process
+	// reads its own writes although replication is asynchronous. Negative
+	// turns it off. Default 1 s.
+	PrimaryAfterWrite time.Duration
+}
+
+// Defaults of ClusterOptions.
+const (
+	DefaultNodeConsecutiveFailures = 3
+	DefaultNodeFailureRate         = 0.5
+	DefaultNodeMinRequests         = 20
+	DefaultNodeWindow              = 10 * time.Second
+	DefaultProbeInterval           = 250 * time.Millisecond
+	DefaultMaxProbeInterval        = 10 * time.Second
+	DefaultProbeTimeout            = 100 * time.Millisecond
+	DefaultMaxEjectedShare         = 0.5
+	DefaultSilentConnTimeout       = time.Second
+	DefaultReadinessInterval       = time.Second
+	DefaultMaxReplicaLag           = 1 << 20
+	DefaultTopologyInterval        = time.Second
+	DefaultPrimaryAfterWrite       = time.Second
+)
+
+// withDefaults validates c and fills in the defaults.
+func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
+	if c.ConsecutiveFailures < 0 || c.MinRequests < 0 || c.Window < 0 || c.ProbeInterval < 0 ||
+		c.MaxProbeInterval < 0 || c.ProbeTimeout < 0 || c.SilentConnTimeout < 0 ||
+		c.ReadinessInterval < 0 || c.MaxReplicaLag < 0 || c.TopologyInterval < 0 {
+		return c, errors.New("redis tier: negative Cluster option")
+	}
+	if c.FailureRate < 0 || c.FailureRate > 1 || c.MaxEjectedShare < 0 || c.MaxEjectedShare > 1 {
+		return c, errors.New("redis tier: Cluster FailureRate and MaxEjectedShare must be in [0, 1]")
+	}
+	set := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.ConsecutiveFailures == 0 {
+		c.ConsecutiveFailures = DefaultNodeConsecutiveFailures
+	}
+	if c.FailureRate == 0 {
+		c.FailureRate = DefaultNodeFailureRate
+	}
+	if c.MinRequests == 0 {
+		c.MinRequests = DefaultNodeMinRequests
+	}
+	if c.MaxEjectedShare == 0 {
+		c.MaxEjectedShare = DefaultMaxEjectedShare
+	}
+	if c.MaxReplicaLag == 0 {
+		c.MaxReplicaLag = DefaultMaxReplicaLag
+	}
+	set(&c.Window, DefaultNodeWindow)
+	set(&c.ProbeInterval, DefaultProbeInterval)
+	set(&c.MaxProbeInterval, max(DefaultMaxProbeInterval, c.ProbeInterval))
+	set(&c.ProbeTimeout, DefaultProbeTimeout)
+	set(&c.SilentConnTimeout, DefaultSilentConnTimeout)
+	set(&c.ReadinessInterval, DefaultReadinessInterval)
+	set(&c.TopologyInterval, DefaultTopologyInterval)
+	set(&c.PrimaryAfterWrite, DefaultPrimaryAfterWrite)
+	if c.MaxProbeInterval < c.ProbeInterval {
+		return c, fmt.Errorf("redis tier: Cluster MaxProbeInterval %v < ProbeInterval %v", c.MaxProbeInterval, c.ProbeInterval)
+	}
+	if c.Window < 10 {
+		return c, fmt.Errorf("redis tier: Cluster Window %v too short", c.Window)
+	}
+	return c, nil
+}
+
 // Defaults of Options.
 const (
 	DefaultReadBudget    = 50 * time.Millisecond
@@ -113,7 +246,7 @@ const (
 )
 
 // withDefaults validates o and returns a copy with the defaults filled in.
-func (o Options) withDefaults() (Options, breaker.Settings, error) {
+func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
 	if len(o.Addrs) == 0 {
 		return o, breaker.Settings{}, errors.New("redis tier: no Addrs")
 	}
@@ -154,6 +287,9 @@ func (o Options) withDefaults() (Options, breaker.Settings, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	if o.Cluster, err = o.Cluster.withDefaults(); err != nil {
+		return o, breaker.Settings{}, err
 	}
 	b := o.Breaker
 	return o, breaker.Settings{

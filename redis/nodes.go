@@ -1,0 +1,410 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Per-node health in Cluster mode (seed 002). A breaker on the whole tier
+// stays closed when one node of many fails, and rueidis's slot map lags the
+// real connections, so each node gets its own isolation:
+//
+//   - an ejector (ejector.go): ConsecutiveFailures timeouts or connection
+//     errors in a row, or FailureRate of MinRequests, take the node out of
+//     the read and write paths; a background PING on jittered exponential
+//     backoff (250 ms doubling to 10 s) brings it back. At most
+//     MaxEjectedShare of the nodes are out at once: past that the tier fails
+//     open and the tier's breaker sees the failures;
+//   - a watchdog (watchdog.go) that closes a connection with a request
+//     outstanding and nothing received for SilentConnTimeout (1 s);
+//   - readiness (readiness.go), polled in the background every second;
+//   - random routing (routing.go): each read goes to a node picked uniformly
+//     among its slot's primary and ready replicas, never by latency (routing
+//     to the fastest node made 5-10x skew in the seed).
+//
+// The slot map is in topology.go, the per-node counters in nodestats.go.
+//
+// Reads use one rueidis client per node (nodeSet.newNode), dialled through
+// dialNode so that every connection runs READONLY and is watched. Writes and
+// MOVED/ASK follow-ups use the tier's Cluster client, which routes to
+// primaries. One goroutine (run) schedules the background work: the
+// watchdog scan each tick, the slot map every TopologyInterval (and at once
+// after a MOVED), the readiness polls, and the probes; the I/O itself runs
+// on goroutines owned by the Tier, one at most per node and kind.
+
+// node is one Cluster node.
+type node struct {
+	addr   string
+	set    *nodeSet
+	client rueidis.Client
+
+	_                                   [64]byte
+	requests, failures, timeouts, reads counter
+
+	ejected   atomic.Bool
+	dirty     atomic.Bool // a failure is in the ejector's window; see report
+	ready     atomic.Bool
+	primary   atomic.Bool  // role in the current slot map
+	lastBad   atomic.Int64 // Clock's unix nanoseconds of the last failure; 0 if none
+	gen       atomic.Uint64
+	pollNow   atomic.Bool
+	closes    atomic.Uint64
+	probes    atomic.Uint64
+	probeErrs atomic.Uint64
+	polls     atomic.Uint64
+	pollErrs  atomic.Uint64
+
+	mu          sync.Mutex
+	ej          ejector
+	conns       map[*watchedConn]struct{}
+	probing     bool
+	polling     bool
+	repl        replState
+	replGen     uint64 // gen the last good poll was sent in
+	replOK      bool
+	reason      string
+	readies     uint64
+	lastEjected time.Time
+}
+
+// nodeSet holds the nodes, the slot map and the background loop.
+type nodeSet struct {
+	t     *Tier
+	o     ClusterOptions
+	clock func() time.Time
+	tick  time.Duration
+
+	topo    atomic.Pointer[topology]
+	ejected atomic.Int32
+
+	mu         sync.Mutex
+	nodes      map[string]*node
+	retired    map[string]retiredNode // left the map lately; see install
+	refreshing bool
+	closed     bool
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	start   time.Time
+	written []atomic.Int64 // per slot: when this Tier last wrote it, ns since start
+}
+
+// pollTimeout bounds a readiness poll and a slot map request.
+const pollTimeout = 500 * time.Millisecond
+
+func newNodeSet(t *Tier) (*nodeSet, error) {
+	o := t.opts.Cluster
+	s := &nodeSet{
+		t:       t,
+		o:       o,
+		clock:   t.opts.Clock,
+		tick:    min(50*time.Millisecond, o.SilentConnTimeout/10),
+		nodes:   make(map[string]*node),
+		retired: make(map[string]retiredNode),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		start:   time.Now(),
+		written: make([]atomic.Int64, slotCount),
+	}
+	if s.tick < time.Millisecond {
+		s.tick = time.Millisecond
+	}
+	t.client = noteWrites{Client: t.client, s: s}
+	if err := s.refresh(); err != nil {
+		s.closeAll()
+		return nil, err
+	}
+	// One readiness round before New returns, so that replicas take their
+	// share of reads from the first call.
+	var wg sync.WaitGroup
+	for _, n := range s.topo.Load().nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.poll(n)
+		}()
+	}
+	wg.Wait()
+	go s.run()
+	return s, nil
+}
+
+// newNode creates a node and its client. The client dials at once; a node
+// that does not answer is still returned (ForceSingleClient), to be found
+// out by its requests.
+func (s *nodeSet) newNode(addr string) *node {
+	n := &node{addr: addr, set: s, conns: make(map[*watchedConn]struct{}), ej: newEjector(s.o)}
+	o := s.t.opts
+	co := rueidis.ClientOption{
+		InitAddress:       []string{addr},
+		Username:          o.Username,
+		Password:          o.Password,
+		TLSConfig:         o.TLS,
+		ConnWriteTimeout:  o.ConnTimeout,
+		DisableCache:      true,
+		DisableRetry:      true,
+		AlwaysPipelining:  true,
+		ForceSingleClient: true,
+		PipelineMultiplex: -1, // one connection per node, as rueidis's Cluster client
+		DialCtxFn: func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+			return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password)
+		},
+	}
+	co.Dialer.Timeout = o.DialTimeout
+	c, _ := rueidis.NewClient(co)
+	if c == nil {
+		return nil
+	}
+	n.client = c
+	return n
+}
+
+// run is the background loop; Close stops it.
+func (s *nodeSet) run() {
+	defer close(s.done)
+	tk := time.NewTicker(s.tick)
+	defer tk.Stop()
+	now := time.Now()
+	nextTopo := now.Add(s.o.TopologyInterval)
+	nextPoll := now.Add(s.o.ReadinessInterval)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+			s.startRefresh()
+			continue
+		case <-tk.C:
+		}
+		now = time.Now()
+		s.scan(now)
+		if !now.Before(nextTopo) {
+			nextTopo = now.Add(s.o.TopologyInterval)
+			s.startRefresh()
+		}
+		all := !now.Before(nextPoll)
+		if all {
+			nextPoll = now.Add(s.o.ReadinessInterval)
+		}
+		clock := s.clock()
+		tp := s.topo.Load()
+		for _, n := range tp.nodes {
+			if n.ejected.Load() {
+				s.maybeProbe(n, clock)
+				continue
+			}
+			if all || n.pollNow.Load() {
+				s.startPoll(n)
+			}
+		}
+	}
+}
+
+// kickTopology asks the loop for a slot map refresh now.
+func (s *nodeSet) kickTopology() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *nodeSet) startRefresh() {
+	s.mu.Lock()
+	if s.refreshing || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.refreshing = true
+	s.mu.Unlock()
+	if !s.t.goOwned(func() {
+		_ = s.refresh() // on failure the old map stays; the next interval retries
+		s.mu.Lock()
+		s.refreshing = false
+		s.mu.Unlock()
+	}) {
+		s.mu.Lock()
+		s.refreshing = false
+		s.mu.Unlock()
+	}
+}
+
+func (s *nodeSet) startPoll(n *node) {
+	n.mu.Lock()
+	if n.polling {
+		n.mu.Unlock()
+		return
+	}
+	n.polling = true
+	n.mu.Unlock()
+	n.pollNow.Store(false)
+	if !s.t.goOwned(func() { s.poll(n) }) {
+		n.mu.Lock()
+		n.polling = false
+		n.mu.Unlock()
+	}
+}
+
+// scan is the watchdog: it closes connections silent for SilentConnTimeout
+// with a request outstanding.
+func (s *nodeSet) scan(now time.Time) {
+	var silent []*watchedConn
+	for _, n := range s.topo.Load().nodes {
+		n.mu.Lock()
+		for c := range n.conns {
+			if c.watch.silent(c.lastWrite.Load(), c.lastRead.Load(), now, s.o.SilentConnTimeout) {
+				silent = append(silent, c)
+			}
+		}
+		n.mu.Unlock()
+	}
+	for _, c := range silent {
+		c.node.closes.Add(1)
+		_ = c.Close()
+	}
+}
+
+// report records the outcome of a request to n and returns what the tier's
+// breaker should count: a node failure counts there only when the node
+// could not be ejected because MaxEjectedShare is reached, so that one bad
+// node never opens the breaker for the whole tier.
+//
+// While a node has had no failure in its window (dirty false), a success
+// takes a lock-free path and is not counted in the window: FailureRate is
+// then the share of failures among the requests since the first failure
+// in the window, a little quicker to eject than a share of all of them.
+func (s *nodeSet) report(n *node, failed, timeout bool) (countForTier bool) {
+	if !failed && !n.dirty.Load() {
+		return false
+	}
+	now := s.clock()
+	if failed {
+		n.failures.add(1)
+		if timeout {
+			n.timeouts.add(1)
+		}
+		n.lastBad.Store(now.UnixNano())
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	eject := n.ej.record(now, failed)
+	if failed {
+		n.dirty.Store(true)
+	} else if n.ej.quiet(now) {
+		n.dirty.Store(false)
+	}
+	if !eject {
+		return failed && !n.ej.ejected && s.atCap()
+	}
+	if !s.tryEject() {
+		n.ej.refuse()
+		return true
+	}
+	n.ej.eject(now, rand.Float64())
+	n.lastEjected = now
+	n.ejected.Store(true)
+	return false
+}
+
+// capacity is how many nodes may be ejected at once.
+func (s *nodeSet) capacity() int32 {
+	tp := s.topo.Load()
+	return int32(max(1, int(s.o.MaxEjectedShare*float64(len(tp.nodes)))))
+}
+
+func (s *nodeSet) atCap() bool { return s.ejected.Load() >= s.capacity() }
+
+func (s *nodeSet) tryEject() bool {
+	c := s.capacity()
+	for {
+		cur := s.ejected.Load()
+		if cur >= c {
+			return false
+		}
+		if s.ejected.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+}
+
+func (s *nodeSet) maybeProbe(n *node, clock time.Time) {
+	n.mu.Lock()
+	if n.probing || !n.ej.probeDue(clock) {
+		n.mu.Unlock()
+		return
+	}
+	n.probing = true
+	n.mu.Unlock()
+	if !s.t.goOwned(func() { s.probe(n) }) {
+		n.mu.Lock()
+		n.probing = false
+		n.mu.Unlock()
+	}
+}
+
+// probe PINGs an ejected node; an answer within ProbeTimeout brings it back.
+// A replica that comes back needs a fresh poll before it takes reads.
+func (s *nodeSet) probe(n *node) {
+	n.probes.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.ProbeTimeout)
+	start := time.Now()
+	err := n.client.Do(ctx, n.client.B().Ping().Build()).Error()
+	ok := err == nil && time.Since(start) <= s.o.ProbeTimeout
+	cancel()
+	if !ok {
+		n.probeErrs.Add(1)
+	}
+	n.mu.Lock()
+	n.probing = false
+	back := n.ej.probed(s.clock(), ok, rand.Float64())
+	if back {
+		n.replOK = false
+		n.lastBad.Store(0)
+	}
+	n.mu.Unlock()
+	if back {
+		n.ejected.Store(false)
+		s.ejected.Add(-1)
+		n.pollNow.Store(true)
+		s.assess(n)
+	}
+}
+
+// suspect reports whether n failed within suspectFor: its reads then run
+// under guard (see Tier.guarded).
+func (n *node) suspect(now func() time.Time) bool {
+	b := n.lastBad.Load()
+	return b != 0 && time.Duration(now().UnixNano()-b) < suspectFor
+}
+
+// close stops the loop and closes every node's client, which makes calls
+// still inside them return. The Tier then waits for its goroutines.
+func (s *nodeSet) close() {
+	close(s.stop)
+	<-s.done
+	s.closeAll()
+}
+
+func (s *nodeSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	nodes := s.nodes
+	s.nodes = map[string]*node{}
+	for _, rn := range s.retired {
+		nodes[rn.n.addr] = rn.n
+	}
+	s.retired = map[string]retiredNode{}
+	s.mu.Unlock()
+	for _, n := range nodes {
+		n.client.Close()
+	}
+}
