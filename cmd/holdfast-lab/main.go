@@ -122,6 +122,7 @@ func (m *Main) Run(ctx context.Context) int {
 				err = errors.Join(err, werr)
 			} else {
 				e.Ran = true
+				e.Report = rep
 				m.clearBar()
 				fmt.Fprintln(m.Stdout, md)
 			}

@@ -156,7 +156,7 @@ func TestWriteAndIndex(t *testing.T) {
 		}
 	}
 	err = WriteIndex(dir, "go run ./cmd/holdfast-lab -scenario all", []IndexEntry{
-		{Name: "redis-freeze", Summary: "s", Ran: true},
+		{Name: "redis-freeze", Summary: "s", Ran: true, Report: sampleReport()},
 		{Name: "hot-key", Summary: "h", Missing: []string{"cluster tier"}},
 	})
 	if err != nil {
@@ -165,5 +165,12 @@ func TestWriteAndIndex(t *testing.T) {
 	idx, _ := os.ReadFile(filepath.Join(dir, "index.md"))
 	if !strings.Contains(string(idx), "[table](redis-freeze.md)") || !strings.Contains(string(idx), "missing: cluster tier") {
 		t.Errorf("index:\n%s", idx)
+	}
+	// The headline table has a row per mode of every scenario that ran,
+	// with the fault window's p99.
+	for _, want := range []string{"## Headline figures", "| redis-freeze | naive |", "| redis-freeze | holdfast |", "| 220 |"} {
+		if !strings.Contains(string(idx), want) {
+			t.Errorf("index lacks %q:\n%s", want, idx)
+		}
 	}
 }
