@@ -842,3 +842,38 @@ func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
 		t.Fatalf("reads = %d, want %d", st.Reads, 2201)
 	}
 }
+
+// A source that is down gets one call per key per LoadErrorBackoff while
+// stale values can be served, not one per read.
+func TestLoadErrorBackoff(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{Clock: clk})
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
+	mustGet(t, ns, "p1", &countingLoader{})
+	clk.Advance(2 * time.Second) // past hard
+	down := &countingLoader{err: errors.New("db down")}
+	for i := range 50 {
+		res, err := ns.Get(context.Background(), "p1", down)
+		if err != nil || res.Source != holdfast.SourceStaleOnError {
+			t.Fatalf("read %d with the source down: %v %v", i, res.Source, err)
+		}
+	}
+	if down.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d within the backoff, want 1", down.calls.Load())
+	}
+	clk.Advance(time.Second) // the backoff passes: one more try
+	ns.Get(context.Background(), "p1", down)
+	if down.calls.Load() != 2 {
+		t.Fatalf("loader calls = %d after the backoff, want 2", down.calls.Load())
+	}
+	// A key with nothing stale still reaches the loader every time.
+	for range 3 {
+		ns.Get(context.Background(), "nothing-stale", down)
+	}
+	if down.calls.Load() != 5 {
+		t.Fatalf("loader calls = %d; reads with nothing stale must not be held back", down.calls.Load())
+	}
+	if st := ns.Stats(); st.ErrorBackoffs != 49 {
+		t.Fatalf("error backoffs = %d, want 49", st.ErrorBackoffs)
+	}
+}

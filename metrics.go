@@ -49,6 +49,7 @@ type Stats struct {
 	LeasesTaken       uint64 // loads this process made holding the key's lease
 	LeaseWaits        uint64 // reads that found another process's lease and waited for its value
 	LeaseGaveUp       uint64 // lease waits that ran out (the holder died or was slow) and loaded instead
+	ErrorBackoffs     uint64 // reads served stale without a load because the key's last load failed within LoadErrorBackoff
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // bytes now in the hot tier (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
@@ -86,6 +87,7 @@ const (
 	evLeaseTaken
 	evLeaseWaits
 	evLeaseGaveUp
+	evErrorBackoff
 	numEvents
 )
 
@@ -170,5 +172,6 @@ func (c *counters) snapshot() Stats {
 		LeasesTaken:      c.sum(evLeaseTaken),
 		LeaseWaits:       c.sum(evLeaseWaits),
 		LeaseGaveUp:      c.sum(evLeaseGaveUp),
+		ErrorBackoffs:    c.sum(evErrorBackoff),
 	}
 }

@@ -29,8 +29,9 @@ type Namespace struct {
 	limit   *limiter // this namespace's own cap, or nil
 	ctr     *counters
 	pending pendingDeletes
-	coord   Coordinator      // the shared tier, when it coordinates processes
-	hotKeys *hotkey.Detector // non-nil with Hot.Keys == HotDetected
+	coord   Coordinator            // the shared tier, when it coordinates processes
+	hotKeys *hotkey.Detector       // non-nil with Hot.Keys == HotDetected
+	backoff *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
 }
 
 // entryOverhead approximates what one cached entry costs beyond its bytes (map
@@ -54,6 +55,9 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		}
 	}
 	n.coord, _ = c.opts.Shared.(Coordinator)
+	if p.LoadErrorBackoff > 0 {
+		n.backoff = local.New[struct{}](1 << 20)
+	}
 	// Without a shared tier, the last-known-good store is also where a value
 	// waits between its soft and hard time (the hot tier drops it at soft),
 	// so stale-while-revalidate needs it even with no stale-if-error window.
@@ -303,6 +307,16 @@ func (n *Namespace) load(f *flight, key string, loader Loader, st lookupState) (
 			defer n.releaseLease(key, token)
 		}
 	}
+	// The loader failed for this key moments ago: while a stale value may
+	// be served, serve it rather than send the source another request it
+	// will most likely fail too (one failing call per key per backoff, not
+	// one per read).
+	if n.backoff != nil && n.backoff.Get(key, n.now()) != nil {
+		if res, ok := n.stale(f, key, st.fallback); ok {
+			n.ctr.inc(evErrorBackoff)
+			return res, nil
+		}
+	}
 	if !n.acquire(ctx) {
 		n.ctr.inc(evRejected)
 		return n.failed(f, key, st.fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
@@ -420,6 +434,9 @@ func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start t
 		m = n.newEntry(nil, start.UnixNano(), cost, true)
 	default:
 		n.ctr.inc(evLoadError)
+		if n.backoff != nil {
+			n.backoff.Set(key, struct{}{}, int64(len(key))+entryOverhead, n.now()+int64(n.p.LoadErrorBackoff))
+		}
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))
 		}
@@ -575,6 +592,19 @@ func newLeaseToken() string {
 // The time is read afresh: a load may have run for up to its timeout, and
 // its readers' hard times may have passed meanwhile.
 func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Result, error) {
+	if res, ok := n.stale(f, key, fallback); ok {
+		return res, nil
+	}
+	if errors.Is(err, ErrOverloaded) {
+		n.ctr.inc(evOverloaded)
+	}
+	return Result{}, err
+}
+
+// stale returns the newest value still allowed when fresh data cannot be
+// had: the shared tier's fallback or last-known-good, within its hard time
+// (stale-while-revalidate) or its stale-if-error window.
+func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) {
 	now := n.now()
 	best := fallback
 	if n.lkg != nil {
@@ -582,22 +612,21 @@ func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Re
 			best = m
 		}
 	}
-	if best != nil && now < best.hard+int64(n.p.StaleIfError) {
-		if now < best.hard {
-			// A rejected or failed refresh keeps the value until its hard
-			// time; it is still a stale-while-revalidate answer.
-			if !f.published {
-				n.ctr.inc(evStaleServed)
-			}
-			return n.served(best, SourceStale)
+	if best == nil || now >= best.hard+int64(n.p.StaleIfError) {
+		return Result{}, false
+	}
+	if now < best.hard {
+		// A rejected or failed refresh keeps the value until its hard
+		// time; it is still a stale-while-revalidate answer.
+		if !f.published {
+			n.ctr.inc(evStaleServed)
 		}
-		n.ctr.inc(evStaleOnError)
-		return n.served(best, SourceStaleOnError)
+		res, _ := n.served(best, SourceStale)
+		return res, true
 	}
-	if errors.Is(err, ErrOverloaded) {
-		n.ctr.inc(evOverloaded)
-	}
-	return Result{}, err
+	n.ctr.inc(evStaleOnError)
+	res, _ := n.served(best, SourceStaleOnError)
+	return res, true
 }
 
 func (n *Namespace) acquire(ctx context.Context) bool {

@@ -76,6 +76,14 @@ type Policy struct {
 	// min, list 10 min, stock 5 s).
 	StaleIfError time.Duration
 
+	// LoadErrorBackoff is how long after a failed load of a key its reads
+	// are served stale, when a stale value may be served, without calling
+	// the loader again: a source that is down gets one call per key per
+	// backoff instead of one per read. Reads with nothing stale to serve
+	// still call the loader (errors are never cached). Default 1 s; a
+	// negative value turns it off.
+	LoadErrorBackoff time.Duration
+
 	// NegativeTTL is how long a loader's ErrNotFound is remembered. Default 5
 	// seconds. Negative entries are never served stale.
 	NegativeTTL time.Duration
@@ -188,6 +196,7 @@ type EarlyRefresh struct {
 const (
 	DefaultTTL                = time.Minute
 	DefaultNegativeTTL        = 5 * time.Second
+	DefaultLoadErrorBackoff   = time.Second
 	DefaultLoadTimeout        = 5 * time.Second
 	DefaultHotTTL             = time.Minute
 	DefaultHotMaxBytes        = 16 << 20
@@ -246,6 +255,9 @@ func (p Policy) withDefaults() (Policy, error) {
 	}
 	if p.SoftTTL > p.TTL {
 		bad("SoftTTL %v is longer than TTL %v", p.SoftTTL, p.TTL)
+	}
+	if p.LoadErrorBackoff == 0 {
+		p.LoadErrorBackoff = DefaultLoadErrorBackoff
 	}
 	if p.NegativeTTL == 0 {
 		p.NegativeTTL = DefaultNegativeTTL
