@@ -64,3 +64,32 @@ holdfast_loads_total{namespace="product"} 1
 		t.Fatalf("load latency series = %d, want 1", n)
 	}
 }
+
+func TestNodeCollector(t *testing.T) {
+	nodes := []Node{
+		{Addr: "127.0.0.1:7000", Primary: true, State: "ejected", Requests: 10, Failures: 3, Ejections: 1, ReadShare: 0.25},
+		{Addr: "127.0.0.1:7001", State: "ready", Reads: 30, ReadShare: 0.75},
+	}
+	c := NewNodeCollector(func() []Node { return nodes })
+	reg := prom.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP holdfast_redis_node_state 1 for the node's current state: ready, not_ready (a replica not in sync) or ejected.
+# TYPE holdfast_redis_node_state gauge
+holdfast_redis_node_state{addr="127.0.0.1:7000",role="primary",state="ejected"} 1
+holdfast_redis_node_state{addr="127.0.0.1:7000",role="primary",state="not_ready"} 0
+holdfast_redis_node_state{addr="127.0.0.1:7000",role="primary",state="ready"} 0
+holdfast_redis_node_state{addr="127.0.0.1:7001",role="replica",state="ejected"} 0
+holdfast_redis_node_state{addr="127.0.0.1:7001",role="replica",state="not_ready"} 0
+holdfast_redis_node_state{addr="127.0.0.1:7001",role="replica",state="ready"} 1
+# HELP holdfast_redis_node_failures_total Commands to the node that failed, timeouts included.
+# TYPE holdfast_redis_node_failures_total counter
+holdfast_redis_node_failures_total{addr="127.0.0.1:7000",role="primary"} 3
+holdfast_redis_node_failures_total{addr="127.0.0.1:7001",role="replica"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_redis_node_state", "holdfast_redis_node_failures_total"); err != nil {
+		t.Fatal(err)
+	}
+}

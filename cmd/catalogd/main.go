@@ -251,6 +251,12 @@ func (m *Main) Run(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
+	if m.tier != nil {
+		lazy := m.tier
+		if err := reg.Register(hfprom.NewNodeCollector(func() []hfprom.Node { return redisNodes(lazy) })); err != nil {
+			return err
+		}
+	}
 	m.cache, err = holdfast.New(holdfast.Options{Shared: shared, MaxConcurrentLoads: c.MaxLoads, Recorder: exp, Logger: log})
 	if err != nil {
 		return err
@@ -314,4 +320,29 @@ func (m *Main) Close() error {
 		errs = append(errs, m.store.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// redisNodes converts the Redis tier's per-node snapshot for the exporter:
+// none while it is still connecting, or for a standalone server.
+func redisNodes(l *redis.Lazy) []hfprom.Node {
+	t := l.Tier()
+	if t == nil {
+		return nil
+	}
+	var out []hfprom.Node
+	for _, n := range t.NodeStats() {
+		state := "ready"
+		switch n.State {
+		case redis.NodeNotReady:
+			state = "not_ready"
+		case redis.NodeEjected:
+			state = "ejected"
+		}
+		out = append(out, hfprom.Node{
+			Addr: n.Addr, Primary: n.Primary, State: state,
+			Requests: n.Requests, Failures: n.Failures, Timeouts: n.Timeouts,
+			Reads: n.Reads, ReadShare: n.ReadShare, Ejections: n.Ejections,
+		})
+	}
+	return out
 }
