@@ -16,8 +16,15 @@ func TestMain(m *testing.M) {
 	if lab.IsChild() {
 		os.Exit(lab.ChildMain(os.Stdin, os.Stdout))
 	}
+	// Every real scenario now has its parts: one that lacks a part is
+	// registered here, in the test binary only, to test how the command
+	// reports it.
+	lab.Register(lab.Scenario{Name: testMissing, Summary: "A scenario whose part is not built (test only).",
+		Missing: "a part that does not exist (test only)"})
 	os.Exit(m.Run())
 }
+
+const testMissing = "test-missing-part"
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -50,7 +57,7 @@ func TestUsageErrors(t *testing.T) {
 // writes nothing pretending to be a result.
 func TestMissingScenarioExitsNonZero(t *testing.T) {
 	dir := t.TempDir()
-	code, out, errs := run(t, "-scenario", "node-freeze", "-out", dir)
+	code, out, errs := run(t, "-scenario", testMissing, "-out", dir)
 	if code != 1 || !strings.Contains(errs, "missing:") || out != "" {
 		t.Fatalf("code %d, stdout %q, stderr %q", code, out, errs)
 	}

@@ -78,6 +78,7 @@ func newHoldfastReader(cfg ReaderConfig, tier holdfast.Tier) (*holdfastReader, e
 		SoftTTL:      soft,
 		StaleIfError: cfg.StaleIfError,
 		Lease:        holdfast.LeasePolicy{Enabled: cfg.Leases},
+		Hot:          holdfast.HotPolicy{Disabled: cfg.HotDisabled},
 	})
 	if err != nil {
 		c.Close()

@@ -18,3 +18,29 @@ func init() {
 		return t, func() map[string]float64 { return structStats("tier_", t.Stats()) }, nil
 	}
 }
+
+// nodeStats returns the per-node figures of r's Redis tier when r is the
+// holdfast mode over a Cluster; ok is false for any other Reader.
+func nodeStats(r Reader) (_ []redis.NodeStats, ok bool) {
+	h, ok := r.(*holdfastReader)
+	if !ok {
+		return nil, false
+	}
+	t, ok := h.tier.(*redis.Tier)
+	if !ok {
+		return nil, false
+	}
+	return t.NodeStats(), true
+}
+
+// nodeStat returns addr's entry in r's node figures; ok is false when r has
+// none or addr is not among them.
+func nodeStat(r Reader, addr string) (redis.NodeStats, bool) {
+	all, _ := nodeStats(r)
+	for _, s := range all {
+		if s.Addr == addr {
+			return s, true
+		}
+	}
+	return redis.NodeStats{}, false
+}

@@ -231,4 +231,6 @@ func ReadReport(r io.Reader) (*Report, error) {
 var issueFigures = map[string]bool{
 	"first_ejection_ms": true, "healthy_keys_p99_ratio": true, "unready_replica_reads": true,
 	"hot_tier_share": true, "node_ops_max_over_mean": true, "violations": true,
+	// Issue 5's cross-check of unready_replica_reads, from the server.
+	"unready_replica_server_reads": true,
 }

@@ -42,6 +42,11 @@ type ReaderConfig struct {
 	// Leases makes holdfast coalesce loads across processes with per-key
 	// leases (Policy.Lease). The naive mode has nothing of the kind.
 	Leases bool
+	// HotDisabled turns holdfast's in-process hot tier off, so that every
+	// read goes to Redis: the cluster scenarios measure the Redis tier's
+	// per-node health, which a hot tier holding every key would hide. The
+	// naive mode has no hot tier either way.
+	HotDisabled bool
 	// Timeout is the naive mode's per-command Redis timeout (the seed's
 	// 100 ms) and holdfast's read budget. Zero means 100 ms.
 	Timeout time.Duration

@@ -39,13 +39,8 @@ func init() {
 	Register(Scenario{Name: "cross-process-stampede", Summary: "4 OS processes × 250 goroutines on one cold key, 3 times (seed 000's two JVMs).", Plan: crossProcessStampede})
 	Register(Scenario{Name: "autocomplete", Summary: "Bursts of typing, debounced on the client, over a 15 ms search; Redis frozen for the middle third (seed 001).", Plan: autocomplete})
 
-	// The core and the standalone Redis tier exist; these need more.
-	for _, s := range []Scenario{
-		{Name: "node-freeze", Summary: "One cluster node frozen: first_ejection_ms, healthy_keys_p99_ratio.", Missing: "scenario not written yet: needs the Cluster tier (per-node breakers, readiness) in package redis"},
-		{Name: "replica-resync", Summary: "A replica in full resync must not serve reads: unready_replica_reads.", Missing: "scenario not written yet: needs the Cluster tier (per-node breakers, readiness) in package redis"},
-	} {
-		Register(s)
-	}
+	Register(Scenario{Name: "node-freeze", Summary: "One primary of a 3+3 Cluster frozen with SIGSTOP for 10 s under 300 req/s over 3,000 keys (issue 5): first_ejection_ms, healthy_keys_p99_ratio.", Plan: nodeFreeze})
+	Register(Scenario{Name: "replica-resync", Summary: "A replica of a 3+3 Cluster restarted empty while its primary holds 200,000 keys (issue 5): unready_replica_reads.", Plan: replicaResync})
 }
 
 // holdfastConfig says how the holdfast mode is set up (see NewHoldfast).

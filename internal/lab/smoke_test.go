@@ -76,7 +76,22 @@ func TestSmokeAllScenarios(t *testing.T) {
 				if m.Requests == 0 {
 					t.Errorf("%s: no request", m.Mode)
 				}
+				for _, k := range smokeFigures[s.Name] {
+					if _, ok := m.Extra[k]; !ok {
+						t.Errorf("%s: no %s in %v", m.Mode, k, m.Extra)
+					}
+				}
+				if s.Name == "replica-resync" && m.Extra["unready_replica_reads"] != 0 {
+					t.Errorf("%s: %v reads answered by the replica before it was ready", m.Mode, m.Extra["unready_replica_reads"])
+				}
 			}
 		})
 	}
+}
+
+// smokeFigures are extra figures a scenario must report in every mode, even
+// shortened.
+var smokeFigures = map[string][]string{
+	"node-freeze":    {"healthy_keys_p99_ratio"},
+	"replica-resync": {"unready_replica_reads", "unready_replica_server_reads"},
 }

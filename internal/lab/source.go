@@ -88,6 +88,14 @@ func (s *Source) Begin(start time.Time, winStart, winEnd time.Duration) {
 	s.start, s.win0, s.win1 = start, winStart, winEnd
 }
 
+// ResetCounts forgets the loads counted so far: a scenario's warm-up
+// before the run is not part of its figures.
+func (s *Source) ResetCounts() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.perSecond, s.total, s.inWindow = nil, 0, 0
+}
+
 // SetLatency changes the latency of loads that start from now on.
 func (s *Source) SetLatency(d time.Duration) { s.latency.Store(int64(d)) }
 
