@@ -3,6 +3,7 @@ module github.com/holdfast-dev/holdfast
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79
@@ -10,7 +11,6 @@ require (
 )
 
 require (
-	github.com/HdrHistogram/hdrhistogram-go v1.1.2 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
