@@ -23,7 +23,7 @@ func autocomplete(o Options) Plan {
 		search         = 15 * time.Millisecond
 		ttl            = time.Minute
 	)
-	d := o.length(baseDuration)
+	d := o.length(shortDuration)
 	w := middleThird(d)
 	names := stockNames(300)
 	rng := rand.New(rand.NewPCG(1, 1))

@@ -65,7 +65,7 @@ func staleSetRace(o Options) Plan {
 		settle = 200 * time.Millisecond
 		every  = 250 * time.Millisecond
 	)
-	d := o.length(baseDuration)
+	d := o.length(shortDuration) // the figure is a count of violations
 	w := middleThird(d)
 	key := uniformKeys("product", keys)
 	var (
