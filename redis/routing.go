@@ -200,20 +200,7 @@ func (t *Tier) nodeGet(ctx context.Context, gen uint64, key, full string) ([]byt
 		o = worse(o, t.nodeOutcome(ctx, nil, res.Error()))
 	}
 	t.br.Done(gen, o)
-	b, err := res.AsBytes() // aliased, as in Get
-	switch {
-	case err == nil:
-		c.hits.add(1)
-		return b, true, nil
-	case rueidis.IsRedisNil(err):
-		c.misses.add(1)
-		return nil, false, nil
-	}
-	c.errors.add(1)
-	if isTimeout(err) {
-		c.timeouts.add(1)
-	}
-	return nil, false, fmt.Errorf("redis tier get %q: %w", key, err)
+	return t.getResult(key, res)
 }
 
 // nodeBatch is the MGETs of one GetMany that go to one node.

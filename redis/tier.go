@@ -311,8 +311,15 @@ func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	// AsBytes aliases the reply's string instead of copying it: with
 	// client-side caching off, each reply is a fresh allocation that nobody
 	// else holds, and the Cache never modifies a value.
+	t.end(ctx, gen, res.Error())
+	return t.getResult(key, res)
+}
+
+// getResult turns one GET reply into the tier's tri-state answer and counts
+// it: a hit, a miss (a nil reply, never an error), or a failure.
+func (t *Tier) getResult(key string, res rueidis.RedisResult) ([]byte, bool, error) {
+	c := &t.stats
 	b, err := res.AsBytes()
-	t.end(ctx, gen, err)
 	switch {
 	case err == nil:
 		c.hits.add(1)
