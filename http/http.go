@@ -257,8 +257,8 @@ func NewHandler(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("catalogd http: %w", err)
 		}
 	}
-	h.loadProduct = holdfast.LoaderFunc(h.productLoader)
-	h.loadStock = holdfast.LoaderFunc(h.stockLoader)
+	h.loadProduct = byID(h.store.Product)
+	h.loadStock = byID(h.store.Stock)
 	h.loadList = holdfast.LoaderFunc(h.listLoader)
 	h.loadSearch = holdfast.LoaderFunc(h.searchLoader)
 

@@ -67,28 +67,20 @@ func notFound(err error) error {
 	return err
 }
 
-func (h *Handler) productLoader(ctx context.Context, key string) ([]byte, error) {
-	id, err := keyID(key)
-	if err != nil {
-		return nil, err
-	}
-	p, err := h.store.Product(ctx, id)
-	if err != nil {
-		return nil, notFound(err)
-	}
-	return json.Marshal(p)
-}
-
-func (h *Handler) stockLoader(ctx context.Context, key string) ([]byte, error) {
-	id, err := keyID(key)
-	if err != nil {
-		return nil, err
-	}
-	s, err := h.store.Stock(ctx, id)
-	if err != nil {
-		return nil, notFound(err)
-	}
-	return json.Marshal(s)
+// byID is the loader of a namespace keyed by product id: it reads the row
+// with get and stores its JSON, which responses then write out unchanged.
+func byID[T any](get func(context.Context, int64) (T, error)) holdfast.Loader {
+	return holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		id, err := keyID(key)
+		if err != nil {
+			return nil, err
+		}
+		v, err := get(ctx, id)
+		if err != nil {
+			return nil, notFound(err)
+		}
+		return json.Marshal(v)
+	})
 }
 
 // getProduct serves GET /v1/products/{id}: product info and stock, each read
