@@ -120,25 +120,16 @@ func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
 func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
 	c := &t.stats
 	c.sets.add(1)
-	full, err := t.fullKey(it.Key)
-	if err == nil && len(it.Value) > t.opts.MaxValueBytes {
-		err = fmt.Errorf("value of %d bytes over MaxValueBytes %d: %w", len(it.Value), t.opts.MaxValueBytes, holdfast.ErrTooLarge)
+	full, err := t.checkItem(it)
+	if err != nil {
+		return false, err
 	}
-	if errors.Is(err, holdfast.ErrTooLarge) {
-		c.tooLarge.add(1)
-	}
-	if err == nil && it.TTL <= 0 {
-		err = fmt.Errorf("TTL %v is not positive", it.TTL)
-	}
-	var vk string
-	if err == nil {
-		vk, err = sibling(full, ":v")
-	}
+	vk, err := sibling(full, ":v")
 	if err != nil {
 		c.setErrors.add(1)
 		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
 	}
-	ms := strconv.FormatInt(int64((it.TTL+time.Millisecond-1)/time.Millisecond), 10)
+	ms := strconv.FormatInt(pxMillis(it.TTL), 10)
 	args := []string{strconv.FormatUint(version, 10), string(it.Value), ms}
 	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
 		return setIfVersionScript.Exec(ctx, t.client, []string{full, vk}, args)

@@ -522,26 +522,12 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 	keys := make([]string, 0, len(items))
 	var slots []uint16 // with per-node health only
 	for _, it := range items {
-		full, err := t.fullKey(it.Key)
-		if err == nil && len(it.Value) > t.opts.MaxValueBytes {
-			err = fmt.Errorf("value of %d bytes over MaxValueBytes %d: %w", len(it.Value), t.opts.MaxValueBytes, holdfast.ErrTooLarge)
-		}
-		if errors.Is(err, holdfast.ErrTooLarge) {
-			c.tooLarge.add(1)
-		}
-		if err == nil && it.TTL <= 0 {
-			// Never write without expiry: a value Redis keeps forever
-			// outlives every staleness bound the Cache promises.
-			err = fmt.Errorf("TTL %v is not positive", it.TTL)
-		}
+		full, err := t.checkItem(it)
 		if err != nil {
-			c.setErrors.add(1)
-			errs = append(errs, fmt.Errorf("redis tier set %q: %w", it.Key, err))
+			errs = append(errs, err)
 			continue
 		}
-		// PX has millisecond resolution; round up so a short TTL never
-		// becomes 0 (an error in Redis).
-		ms := int64((it.TTL + time.Millisecond - 1) / time.Millisecond)
+		ms := pxMillis(it.TTL)
 		// string(it.Value) copies: the command may still be queued for
 		// writing after Set returns on timeout, and the caller may reuse
 		// its buffer by then.
@@ -556,6 +542,35 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 	}
 	err := t.write(ctx, cmds, keys, nil, slots, "set", &c.setErrors, &c.setBypassed)
 	return errors.Join(append(errs, err)...)
+}
+
+// checkItem refuses an item that must not be sent, counting it, and
+// returns its full key otherwise.
+func (t *Tier) checkItem(it holdfast.Item) (string, error) {
+	c := &t.stats
+	full, err := t.fullKey(it.Key)
+	if err == nil && len(it.Value) > t.opts.MaxValueBytes {
+		err = fmt.Errorf("value of %d bytes over MaxValueBytes %d: %w", len(it.Value), t.opts.MaxValueBytes, holdfast.ErrTooLarge)
+	}
+	if errors.Is(err, holdfast.ErrTooLarge) {
+		c.tooLarge.add(1)
+	}
+	if err == nil && it.TTL <= 0 {
+		// Never write without expiry: a value Redis keeps forever
+		// outlives every staleness bound the Cache promises.
+		err = fmt.Errorf("TTL %v is not positive", it.TTL)
+	}
+	if err != nil {
+		c.setErrors.add(1)
+		return "", fmt.Errorf("redis tier set %q: %w", it.Key, err)
+	}
+	return full, nil
+}
+
+// pxMillis is a TTL for PX, which has millisecond resolution: rounded up so
+// that a short TTL never becomes 0 (an error in Redis).
+func pxMillis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
 // Delete removes keys with one DEL per hash slot (one DEL in all for a
