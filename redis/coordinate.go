@@ -216,7 +216,7 @@ func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 	if err != nil {
 		return false, fmt.Errorf("redis tier lease %q: %w", key, err)
 	}
-	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	ms := pxMillis(ttl)
 	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
 		return t.client.Do(ctx, t.client.B().Set().Key(lk).Value(token).Nx().PxMilliseconds(ms).Build())
 	})
