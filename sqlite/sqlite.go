@@ -32,7 +32,8 @@ import (
 
 	"github.com/holdfast-dev/holdfast/catalog"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Options configures Open. The zero value means the defaults.
@@ -109,7 +110,7 @@ func Open(ctx context.Context, path string, opts *Options) (*DB, error) {
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0) // a file has no server to rebalance to
-	if err := migrate(ctx, write, o.Now); err != nil {
+	if err := migrateRetrying(ctx, write, o.Now, o.BusyTimeout); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("sqlite open %s: %w", path, err)
 	}
@@ -137,6 +138,31 @@ func Open(ctx context.Context, path string, opts *Options) (*DB, error) {
 		db.stmts[q] = st
 	}
 	return db, nil
+}
+
+// migrateRetrying runs migrate again while it fails with SQLITE_BUSY, for
+// up to busy. The busy timeout does not cover every lock a new file goes
+// through: while another process switches the file to WAL or recovers its
+// WAL index, SQLite answers SQLITE_BUSY at once rather than call the busy
+// handler (seen here: two processes opening a new file together).
+// migrate is one transaction that checks what is applied, so a retry is
+// safe.
+func migrateRetrying(ctx context.Context, db *sql.DB, now func() time.Time, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	wait := 5 * time.Millisecond
+	for {
+		err := migrate(ctx, db, now)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return err
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // dsn builds the driver's data source name. synchronous=NORMAL is the usual
