@@ -274,6 +274,9 @@ func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait() // every reader returned while the refresh is still blocked
+	// The refresh runs in the background after the readers have their
+	// answer: wait for its loader call, then check it is the only one.
+	eventually(t, "the refresh's loader call", func() bool { return l.calls.Load() >= 2 })
 	if got := l.calls.Load(); got != 2 {
 		t.Fatalf("loader calls = %d, want 2 (the load and one refresh)", got)
 	}
