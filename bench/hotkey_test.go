@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -41,37 +40,10 @@ func BenchmarkHotKeyRecord(b *testing.B) {
 }
 
 // BenchmarkGetHitDetected is BenchmarkGetHit's holdfast case with hot-key
-// detection on (Hot.Keys = HotDetected): what detection adds to a hit.
+// detection on (Hot.Keys = HotDetected): what detection adds to a hit. Every
+// key is read until it is hot; every timed read must be a hot-tier hit.
 func BenchmarkGetHitDetected(b *testing.B) {
-	ks, v := keys(hitKeys), value()
-	c, err := holdfast.New(holdfast.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Keys: holdfast.HotDetected, Threshold: 1}})
-	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return v, nil })
-	ctx := context.Background()
-	// Read every key until it is hot and in the hot tier.
-	for range 200 {
-		for _, k := range ks {
-			ns.Get(ctx, k, load)
-		}
-	}
-	var seed atomic.Uint32
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := seed.Add(7919)
-		for pb.Next() {
-			if _, err := ns.Get(ctx, ks[keyIndexes[i&0xffff]], load); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
+	benchHits(b, func() (hitReader, func()) {
+		return newHoldfastReader(holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Keys: holdfast.HotDetected, Threshold: 1}}, 200)
 	})
-	b.StopTimer()
-	if st := ns.Stats(); float64(st.HotHits) < 0.9*float64(st.Reads-200*hitKeys) {
-		b.Fatalf("only %d of %d timed reads were hot-tier hits", st.HotHits, st.Reads)
-	}
 }

@@ -109,16 +109,24 @@ func BenchmarkGetHit(b *testing.B) {
 type hitReader func(i uint32) bool
 
 func newHoldfastHit() (hitReader, func()) {
+	return newHoldfastReader(holdfast.Policy{TTL: time.Hour}, 1)
+}
+
+// newHoldfastReader fills a namespace with policy p, reading every key
+// rounds times (hot-key detection needs more than one read to promote).
+func newHoldfastReader(p holdfast.Policy, rounds int) (hitReader, func()) {
 	ks, v := keys(hitKeys), value()
 	c, err := holdfast.New(holdfast.Options{})
 	if err != nil {
 		panic(err)
 	}
-	ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour})
+	ns, _ := c.Namespace("product", p)
 	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return v, nil })
-	for _, k := range ks {
-		if _, err := ns.Get(context.Background(), k, load); err != nil {
-			panic(err)
+	for range rounds {
+		for _, k := range ks {
+			if _, err := ns.Get(context.Background(), k, load); err != nil {
+				panic(err)
+			}
 		}
 	}
 	ctx := context.Background()
