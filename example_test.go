@@ -34,7 +34,10 @@ func Example() {
 		res, err := stock.Get(context.Background(), "42", load)
 		fmt.Println(string(res.Value), res.Source, err)
 	}
+	// The second read comes from the shared tier: with one, only keys read
+	// often enough to be hot (Policy.Hot) are kept in process memory.
+
 	// Output:
 	// {"available":12} loaded <nil>
-	// {"available":12} hot <nil>
+	// {"available":12} shared <nil>
 }

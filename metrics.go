@@ -50,6 +50,8 @@ type Stats struct {
 	LeaseWaits        uint64 // reads that found another process's lease and waited for its value
 	LeaseGaveUp       uint64 // lease waits that ran out (the holder died or was slow) and loaded instead
 	ErrorBackoffs     uint64 // reads served stale without a load because the key's last load failed within LoadErrorBackoff
+	SmearedReads      uint64 // shared-tier reads of hot keys sent to one of their copies (Smearer)
+	SmearedWrites     uint64 // shared-tier writes of hot keys to all their copies (Smearer)
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // bytes now in the hot tier (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
@@ -88,6 +90,8 @@ const (
 	evLeaseWaits
 	evLeaseGaveUp
 	evErrorBackoff
+	evSmearedRead
+	evSmearedWrite
 	numEvents
 )
 
@@ -173,5 +177,7 @@ func (c *counters) snapshot() Stats {
 		LeaseWaits:       c.sum(evLeaseWaits),
 		LeaseGaveUp:      c.sum(evLeaseGaveUp),
 		ErrorBackoffs:    c.sum(evErrorBackoff),
+		SmearedReads:     c.sum(evSmearedRead),
+		SmearedWrites:    c.sum(evSmearedWrite),
 	}
 }

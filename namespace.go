@@ -30,7 +30,8 @@ type Namespace struct {
 	ctr     *counters
 	pending pendingDeletes
 	coord   Coordinator            // the shared tier, when it coordinates processes
-	hotKeys *hotkey.Detector       // non-nil with Hot.Keys == HotDetected
+	hotKeys *hotkey.Detector       // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
+	smear   Smearer                // the shared tier, when it smears hot keys
 	backoff *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
 }
 
@@ -48,13 +49,20 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		limit:   newLimiter(p.MaxConcurrentLoads, c.opts.LoadWait),
 		ctr:     newCounters(),
 	}
-	if !p.Hot.Disabled {
-		n.hot = local.New[meta](p.Hot.MaxBytes)
-		if p.Hot.Keys == HotDetected {
-			n.hotKeys = hotkey.New(hotkey.Options{Threshold: p.Hot.Threshold, HalfLife: p.Hot.HalfLife, TopK: p.Hot.TopK})
+	if n.p.Hot.Keys == HotAuto {
+		n.p.Hot.Keys = HotAll
+		if c.opts.Shared != nil {
+			n.p.Hot.Keys = HotDetected
 		}
 	}
 	n.coord, _ = c.opts.Shared.(Coordinator)
+	n.smear, _ = c.opts.Shared.(Smearer)
+	if !p.Hot.Disabled {
+		n.hot = local.New[meta](p.Hot.MaxBytes)
+	}
+	if (n.hot != nil && n.p.Hot.Keys == HotDetected) || n.smear != nil {
+		n.hotKeys = hotkey.New(hotkey.Options{Threshold: p.Hot.Threshold, HalfLife: p.Hot.HalfLife, TopK: p.Hot.TopK})
+	}
 	if p.LoadErrorBackoff > 0 {
 		n.backoff = local.New[struct{}](1 << 20)
 	}
@@ -120,8 +128,11 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 	}
 	if n.hot != nil {
 		now := n.now()
-		if n.hotKeys != nil {
-			n.hotKeys.Record(key, now)
+		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.p.Hot.Keys == HotDetected {
+			// The key has cooled: it leaves the hot tier now rather
+			// than at its hot TTL, which keeps the tier to the keys
+			// that are hot.
+			n.hot.Delete(key)
 		}
 		if m := n.hot.Get(key, now); m != nil {
 			n.ctr.inc(evHotHit)
@@ -134,6 +145,8 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 			}
 			return n.servedNegative(m, SourceHot)
 		}
+	} else if n.hotKeys != nil {
+		n.hotKeys.Record(key, n.now())
 	}
 	// Reads are counted here, past the hot tier; Stats adds the hot hits,
 	// which saves a hit its second counter.
@@ -399,7 +412,15 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 
 // sharedGet reads key from the shared tier. Corrupt bytes are a miss, counted.
 func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus) {
-	v, found, err := n.c.opts.Shared.Get(ctx, n.prefix+key)
+	var v []byte
+	var found bool
+	var err error
+	if n.smearing(key) {
+		n.ctr.inc(evSmearedRead)
+		v, found, err = n.smear.GetSmeared(ctx, n.prefix+key)
+	} else {
+		v, found, err = n.c.opts.Shared.Get(ctx, n.prefix+key)
+	}
 	return n.decodeLookup(key, Lookup{Value: v, Found: found, Err: err})
 }
 
@@ -489,7 +510,14 @@ func (n *Namespace) writeShared(ctx context.Context, items []Item, vers []versio
 		if !vers[i].known {
 			continue
 		}
-		stored, err := n.coord.SetIfVersion(ctx, it, vers[i].v)
+		var stored bool
+		var err error
+		if n.smearing(it.Key[len(n.prefix):]) {
+			n.ctr.inc(evSmearedWrite)
+			stored, err = n.smear.SetSmearedIfVersion(ctx, it, vers[i].v)
+		} else {
+			stored, err = n.coord.SetIfVersion(ctx, it, vers[i].v)
+		}
 		switch {
 		case err != nil:
 			n.countTierError(err, evSharedSetError)
@@ -497,6 +525,12 @@ func (n *Namespace) writeShared(ctx context.Context, items []Item, vers []versio
 			n.ctr.inc(evDroppedStaleSet)
 		}
 	}
+}
+
+// smearing reports whether key is read from and written to the shared
+// tier's copies: the tier smears and the key is hot now.
+func (n *Namespace) smearing(key string) bool {
+	return n.smear != nil && n.smear.Copies() > 1 && n.hotKeys.IsHot(key, n.now())
 }
 
 // version is a key's invalidation version as read before a load.
@@ -723,7 +757,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 
 // admitHot reports whether key may enter the hot tier now.
 func (n *Namespace) admitHot(key string, now int64) bool {
-	if n.hotKeys != nil && !n.hotKeys.IsHot(key, now) {
+	if n.p.Hot.Keys == HotDetected && !n.hotKeys.IsHot(key, now) {
 		return false
 	}
 	return n.p.Hot.Admit == nil || n.p.Hot.Admit(key)
@@ -736,7 +770,8 @@ type HotKey struct {
 }
 
 // HotKeys returns the namespace's hot keys now, fastest first, at most
-// Hot.TopK; nil unless Hot.Keys is HotDetected.
+// Hot.TopK; nil unless the namespace detects hot keys (Hot.Keys is
+// HotDetected, or the shared tier smears).
 func (n *Namespace) HotKeys() []HotKey {
 	if n.hotKeys == nil {
 		return nil

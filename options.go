@@ -130,10 +130,14 @@ type HotPolicy struct {
 	TTL time.Duration
 	// MaxBytes bounds the tier. Default 16 MiB.
 	MaxBytes int64
-	// Keys chooses which keys enter the hot tier: every key read (HotAll,
-	// the default), or only the keys read at least Threshold times a
-	// second, found as they are read (HotDetected; seed 002: a local cache
-	// of hot keys only, ~35% of normal traffic and up to 70% in spikes).
+	// Keys chooses which keys enter the hot tier: every key read (HotAll),
+	// or only the keys read at least Threshold times a second, found as
+	// they are read (HotDetected; seed 002: a local cache of hot keys only,
+	// ~35% of normal traffic and up to 70% in spikes). The default,
+	// HotAuto, is HotDetected when the Cache has a shared tier and HotAll
+	// when it has not. With a shared tier that smears (Smearer), the keys
+	// found hot are also read from and written to several nodes, whatever
+	// Keys says.
 	Keys HotKeys
 	// Threshold is the read rate, per second and key, at or above which a
 	// key is hot. Default 1000/60 (seed 004: 1,000 reads a minute).
@@ -155,8 +159,11 @@ type HotPolicy struct {
 type HotKeys uint8
 
 const (
+	// HotAuto is HotDetected with a shared tier and HotAll without one,
+	// where the hot tier is the only cache.
+	HotAuto HotKeys = iota
 	// HotAll admits every key read.
-	HotAll HotKeys = iota
+	HotAll
 	// HotDetected admits the keys read at least Threshold times a second.
 	HotDetected
 )

@@ -80,3 +80,30 @@ type Coordinator interface {
 	// Release gives the lease up if token still holds it.
 	Release(ctx context.Context, key, token string) error
 }
+
+// Smearer is implemented by shared tiers that can spread a hot key's reads
+// over several nodes by keeping copies of it (seed 004: in Redis Cluster a
+// key lives on one node, and one viral product saturates that node). The
+// Cache uses the smeared calls for the keys its detector reports hot
+// (Policy.Hot) and the plain ones for every other key.
+//
+// The copies are guarded like the key itself: a copy is written only if no
+// invalidation of the key has begun since version was read, and Invalidate
+// removes every copy of every key it is given, whether or not this process
+// thinks the key hot, because another process may have smeared it, or this
+// one may have while it was hot. So an invalidation never leaves an old copy
+// readable, demoted keys included.
+type Smearer interface {
+	Coordinator
+	// Copies is how many copies of a hot key the tier keeps now, the key
+	// itself included; 1 while it does not smear (a single server, say),
+	// and the Cache then does not ask it to.
+	Copies() int
+	// GetSmeared reads key from one of its copies, chosen at random; a copy
+	// that misses or fails is answered by key itself.
+	GetSmeared(ctx context.Context, key string) (value []byte, found bool, err error)
+	// SetSmearedIfVersion writes item to its key and to each of the key's
+	// copies, in one pipeline, each only if the key's version is still
+	// version. It reports whether the key itself was written.
+	SetSmearedIfVersion(ctx context.Context, item Item, version uint64) (bool, error)
+}

@@ -40,6 +40,7 @@ type item struct {
 type Calls struct {
 	Gets, GetManys, Sets, Deletes int
 	Versions, Leases, Releases    int
+	SmearedGets, SmearedSets      int // Smearing only
 }
 
 var _ holdfast.Tier = (*Tier)(nil)

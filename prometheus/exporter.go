@@ -83,6 +83,8 @@ var metrics = []metric{
 	counter("leases_taken_total", "Loads made holding the key's lease (cross-process coalescing).", func(s holdfast.Stats) uint64 { return s.LeasesTaken }),
 	counter("lease_waits_total", "Reads that waited for another process's load under its lease.", func(s holdfast.Stats) uint64 { return s.LeaseWaits }),
 	counter("lease_gave_up_total", "Lease waits that ran out and loaded instead.", func(s holdfast.Stats) uint64 { return s.LeaseGaveUp }),
+	counter("smeared_reads_total", "Shared-tier reads of hot keys sent to one of their copies on another node.", func(s holdfast.Stats) uint64 { return s.SmearedReads }),
+	counter("smeared_writes_total", "Shared-tier writes of hot keys to every one of their copies.", func(s holdfast.Stats) uint64 { return s.SmearedWrites }),
 	counter("error_backoffs_total", "Reads served stale without a load because the key's last load failed moments ago.", func(s holdfast.Stats) uint64 { return s.ErrorBackoffs }),
 	gauge("hot_entries", "Entries in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotEntries }),
 	gauge("hot_bytes", "Bytes in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotBytes }),

@@ -39,10 +39,16 @@ var _ holdfast.Coordinator = (*Tier)(nil)
 const versionTTL = time.Hour
 
 var (
-	// KEYS: value, version. ARGV: expected version, value, TTL in ms.
+	// KEYS: value, version. ARGV: expected version, value, TTL in ms, and
+	// "copy" for a hot key's copy (smear.go), whose version may be lower
+	// than the key's but never higher.
 	setIfVersionScript = rueidis.NewLuaScript(`
-local v = redis.call('GET', KEYS[2])
-if (v or '0') ~= ARGV[1] then return 0 end
+local v = redis.call('GET', KEYS[2]) or '0'
+if ARGV[4] == 'copy' then
+  if tonumber(v) > tonumber(ARGV[1]) then return 0 end
+elseif v ~= ARGV[1] then
+  return 0
+end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1`)
 	// KEYS: value, version. ARGV: version TTL in ms.
@@ -193,13 +199,26 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 		results = send()
 	}
 	var firstErr error
+	var bumped, bumpedNames []string
+	var vers []int64
 	for i, r := range results {
-		if err := r.Error(); err != nil {
+		v, err := r.AsInt64()
+		if err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
 			c.deleteErrors.add(1)
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", names[i], err))
+			continue
+		}
+		bumped, bumpedNames, vers = append(bumped, execs[i].Keys[0]), append(bumpedNames, names[i]), append(vers, v)
+	}
+	if firstErr == nil {
+		// A key that failed is returned as failed, and its invalidation
+		// is repeated whole; its copies wait for that.
+		if cerrs := t.invalidateCopies(wctx, bumped, bumpedNames, vers); len(cerrs) > 0 {
+			errs = append(errs, cerrs...)
+			firstErr = errors.Unwrap(cerrs[0])
 		}
 	}
 	t.end(ctx, gen, firstErr)

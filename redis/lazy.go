@@ -24,7 +24,7 @@ type Lazy struct {
 	done chan struct{}
 }
 
-var _ holdfast.Coordinator = (*Lazy)(nil)
+var _ holdfast.Smearer = (*Lazy)(nil)
 
 // NewLazy validates opts and starts connecting in the background, retrying
 // with jittered exponential backoff from 250 ms to 10 s until it succeeds
@@ -167,4 +167,28 @@ func (l *Lazy) Close() error {
 		return t.Close()
 	}
 	return nil
+}
+
+// Copies implements holdfast.Smearer: 1 until connected.
+func (l *Lazy) Copies() int {
+	if t := l.tier.Load(); t != nil {
+		return t.Copies()
+	}
+	return 1
+}
+
+// GetSmeared implements holdfast.Smearer.
+func (l *Lazy) GetSmeared(ctx context.Context, key string) ([]byte, bool, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.GetSmeared(ctx, key)
+	}
+	return nil, false, errNotConnected
+}
+
+// SetSmearedIfVersion implements holdfast.Smearer.
+func (l *Lazy) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.SetSmearedIfVersion(ctx, it, version)
+	}
+	return false, errNotConnected
 }

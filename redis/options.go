@@ -169,6 +169,18 @@ type ClusterOptions struct {
 	// reads its own writes although replication is asynchronous. Negative
 	// turns it off. Default 1 s.
 	PrimaryAfterWrite time.Duration
+
+	// HotCopies is how many copies of a hot key are kept, the key itself
+	// included, each on a different primary (so at most one per primary):
+	// the Cache reads hot keys from one copy at random and writes all of
+	// them (smear.go; the Cache decides which keys are hot, Policy.Hot).
+	// 1 turns smearing off. Default 5 (seed 004).
+	HotCopies int
+	// HotCopyTTL is how long a copy lives when it is filled from its key
+	// after a read found the copy missing (a key that turned hot after it
+	// was written). Copies written with a loaded value take its TTL. Default
+	// 1 minute.
+	HotCopyTTL time.Duration
 }
 
 // Defaults of ClusterOptions.
@@ -186,13 +198,15 @@ const (
 	DefaultMaxReplicaLag           = 1 << 20
 	DefaultTopologyInterval        = time.Second
 	DefaultPrimaryAfterWrite       = time.Second
+	DefaultHotCopies               = 5
+	DefaultHotCopyTTL              = time.Minute
 )
 
 // withDefaults validates c and fills in the defaults.
 func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
 	if c.ConsecutiveFailures < 0 || c.MinRequests < 0 || c.Window < 0 || c.ProbeInterval < 0 ||
 		c.MaxProbeInterval < 0 || c.ProbeTimeout < 0 || c.SilentConnTimeout < 0 ||
-		c.ReadinessInterval < 0 || c.MaxReplicaLag < 0 || c.TopologyInterval < 0 {
+		c.ReadinessInterval < 0 || c.MaxReplicaLag < 0 || c.TopologyInterval < 0 || c.HotCopies < 0 || c.HotCopyTTL < 0 {
 		return c, errors.New("redis tier: negative Cluster option")
 	}
 	if c.FailureRate < 0 || c.FailureRate > 1 || c.MaxEjectedShare < 0 || c.MaxEjectedShare > 1 {
@@ -218,6 +232,9 @@ func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
 	if c.MaxReplicaLag == 0 {
 		c.MaxReplicaLag = DefaultMaxReplicaLag
 	}
+	if c.HotCopies == 0 {
+		c.HotCopies = DefaultHotCopies
+	}
 	set(&c.Window, DefaultNodeWindow)
 	set(&c.ProbeInterval, DefaultProbeInterval)
 	set(&c.MaxProbeInterval, max(DefaultMaxProbeInterval, c.ProbeInterval))
@@ -226,6 +243,7 @@ func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
 	set(&c.ReadinessInterval, DefaultReadinessInterval)
 	set(&c.TopologyInterval, DefaultTopologyInterval)
 	set(&c.PrimaryAfterWrite, DefaultPrimaryAfterWrite)
+	set(&c.HotCopyTTL, DefaultHotCopyTTL)
 	if c.MaxProbeInterval < c.ProbeInterval {
 		return c, fmt.Errorf("redis tier: Cluster MaxProbeInterval %v < ProbeInterval %v", c.MaxProbeInterval, c.ProbeInterval)
 	}

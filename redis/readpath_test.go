@@ -636,6 +636,7 @@ func TestReadPathCorruptBytes(t *testing.T) {
 func TestReadPathOversizedRefused(t *testing.T) {
 	p := policyLKG
 	p.Hot.Disabled = false // so the tier-refused value is still cached in process
+	p.Hot.Keys = holdfast.HotAll
 	p.MaxValueBytes = 4 << 10
 	rp := newReadPath(t, redis.Options{MaxValueBytes: 1 << 10}, holdfast.Options{}, p)
 	sizes := map[string]int{"small": 100, "tier-big": 2 << 10, "ns-big": 8 << 10}

@@ -161,13 +161,25 @@ func worse(a, b breaker.Outcome) breaker.Outcome {
 // nodeGet is Get in Cluster mode with per-node health; gen is the tier
 // breaker's generation from begin.
 func (t *Tier) nodeGet(ctx context.Context, gen uint64, key, full string) ([]byte, bool, error) {
+	res, err := t.nodeRead(ctx, gen, key, full, func(b rueidis.Builder) rueidis.Completed { return b.Get().Key(full).Build() })
+	if err != nil {
+		return nil, false, err
+	}
+	return t.getResult(key, res)
+}
+
+// nodeRead sends the read command built by cmd, whose keys are all in
+// full's slot, to a node picked for that slot, and reports the outcome to
+// the node and to the tier's breaker. err is set, and nothing sent, when no
+// node of the slot is eligible.
+func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd func(rueidis.Builder) rueidis.Completed) (_ rueidis.RedisResult, err error) {
 	c := &t.stats
 	sl := slot(full)
 	n, covered := t.nodes.pick(sl)
 	if n == nil && covered {
 		t.br.Done(gen, breaker.Ignore)
 		c.bypassed.add(1)
-		return nil, false, fmt.Errorf("redis tier get %q: no node of slot %d is ready: %w", key, sl, holdfast.ErrBypassed)
+		return rueidis.RedisResult{}, fmt.Errorf("redis tier get %q: no node of slot %d is ready: %w", key, sl, holdfast.ErrBypassed)
 	}
 	rctx, cancel := t.readContext(ctx)
 	defer cancel()
@@ -175,7 +187,7 @@ func (t *Tier) nodeGet(ctx context.Context, gen uint64, key, full string) ([]byt
 	o := breaker.Ignore
 	if n != nil {
 		n.requests.add(1)
-		cmd := n.client.B().Get().Key(full).Build()
+		cmd := cmd(n.client.B())
 		if t.nodeGuarded(n) {
 			res = guard(rctx, t, func() rueidis.RedisResult { return n.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
 		} else {
@@ -195,12 +207,12 @@ func (t *Tier) nodeGet(ctx context.Context, gen uint64, key, full string) ([]byt
 	}
 	if n == nil {
 		// Not in our map, or redirected: rueidis's Cluster routing.
-		cmd := t.client.B().Get().Key(full).Build()
+		cmd := cmd(t.client.B())
 		res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
 		o = worse(o, t.nodeOutcome(ctx, nil, res.Error()))
 	}
 	t.br.Done(gen, o)
-	return t.getResult(key, res)
+	return res, nil
 }
 
 // nodeBatch is the MGETs of one GetMany that go to one node.

@@ -36,6 +36,12 @@ type Stats struct {
 	DelBypassed  uint64 // deletes skipped by the open breaker
 	TooLarge     uint64 // keys or values refused by MaxKeyBytes/MaxValueBytes
 
+	CopyReads     uint64 // reads of hot keys sent to a copy on another primary (smear.go); also in Gets
+	CopyFallbacks uint64 // copy reads that missed, or found the copy's node ejected, and read the key itself
+	CopyWrites    uint64 // copies written beside their hot keys; also in Sets
+	CopyFills     uint64 // copies filled from their key after a copy read missed
+	CopyDeletes   uint64 // copies deleted by Invalidate, hot or not
+
 	BreakerState       BreakerState
 	BreakerTransitions uint64 // breaker state changes
 	BreakerOpens       uint64 // times the breaker opened
@@ -53,10 +59,11 @@ func (c *counter) add(n int)    { c.n.Add(uint64(n)) }
 func (c *counter) load() uint64 { return c.n.Load() }
 
 type counters struct {
-	_                                              [64]byte // keep gets off the line of Tier's read-only fields
-	gets, hits, misses, errors, timeouts, bypassed counter
-	sets, setErrors, setBypassed                   counter
-	deletes, deleteErrors, delBypassed, tooLarge   counter
+	_                                                            [64]byte // keep gets off the line of Tier's read-only fields
+	gets, hits, misses, errors, timeouts, bypassed               counter
+	sets, setErrors, setBypassed                                 counter
+	deletes, deleteErrors, delBypassed, tooLarge                 counter
+	copyReads, copyFallbacks, copyWrites, copyFills, copyDeletes counter
 }
 
 // Stats returns a snapshot of the counters. The fields are read one by one,
@@ -78,6 +85,11 @@ func (t *Tier) Stats() Stats {
 		DeleteErrors:       c.deleteErrors.load(),
 		DelBypassed:        c.delBypassed.load(),
 		TooLarge:           c.tooLarge.load(),
+		CopyReads:          c.copyReads.load(),
+		CopyFallbacks:      c.copyFallbacks.load(),
+		CopyWrites:         c.copyWrites.load(),
+		CopyFills:          c.copyFills.load(),
+		CopyDeletes:        c.copyDeletes.load(),
 		BreakerState:       bc.State,
 		BreakerTransitions: bc.Transitions,
 		BreakerOpens:       bc.Opens,

@@ -90,6 +90,9 @@ type Tier struct {
 	suspect atomic.Bool
 	lastBad atomic.Int64
 
+	// filling holds the copy keys being filled now (smear.go).
+	filling sync.Map
+
 	// mu orders guard goroutines' wg.Add before Close's wg.Wait.
 	mu sync.RWMutex
 	wg sync.WaitGroup
@@ -287,14 +290,15 @@ func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		c.errors.add(1)
 		return nil, false, fmt.Errorf("redis tier get %q: %w", key, err)
 	}
-	gen, err := t.begin(ctx)
+	return t.getFull(ctx, key, full)
+}
+
+// getFull is Get of a key already qualified: key names it in errors, full
+// is what is sent.
+func (t *Tier) getFull(ctx context.Context, key, full string) ([]byte, bool, error) {
+	gen, err := t.beginRead(ctx, key)
 	if err != nil {
-		if errors.Is(err, holdfast.ErrBypassed) {
-			c.bypassed.add(1)
-		} else {
-			c.errors.add(1)
-		}
-		return nil, false, fmt.Errorf("redis tier get %q: %w", key, err)
+		return nil, false, err
 	}
 	if t.nodes != nil {
 		return t.nodeGet(ctx, gen, key, full)
@@ -313,6 +317,20 @@ func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	// else holds, and the Cache never modifies a value.
 	t.end(ctx, gen, res.Error())
 	return t.getResult(key, res)
+}
+
+// beginRead is begin for a read of key, counting a refusal.
+func (t *Tier) beginRead(ctx context.Context, key string) (uint64, error) {
+	gen, err := t.begin(ctx)
+	if err != nil {
+		if errors.Is(err, holdfast.ErrBypassed) {
+			t.stats.bypassed.add(1)
+		} else {
+			t.stats.errors.add(1)
+		}
+		return 0, fmt.Errorf("redis tier get %q: %w", key, err)
+	}
+	return gen, nil
 }
 
 // getResult turns one GET reply into the tier's tri-state answer and counts

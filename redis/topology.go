@@ -23,6 +23,42 @@ type topology struct {
 	slots  [slotCount]int16 // index in shards; -1 when no node serves the slot
 	shards []shard
 	nodes  []*node // every node, sorted by address
+	// prev is the last map that grouped slots by primary differently, if
+	// any: hot keys' copies chosen under it may still hold values, so
+	// Invalidate deletes them too (smear.go).
+	prev *partition
+}
+
+// partition is which slots share a primary, without the nodes.
+type partition struct {
+	slots  [slotCount]int16
+	shards int
+}
+
+// samePartition reports whether a and b group the slots alike (shard
+// indexes aside).
+func samePartition(a *[slotCount]int16, na int, b *[slotCount]int16, nb int) bool {
+	if na != nb {
+		return false
+	}
+	ab, ba := make([]int16, na), make([]int16, nb)
+	for i := range ab {
+		ab[i], ba[i] = -1, -1
+	}
+	for sl := range a {
+		x, y := a[sl], b[sl]
+		if x < 0 || y < 0 {
+			if x != y {
+				return false
+			}
+			continue
+		}
+		if (ab[x] >= 0 && ab[x] != y) || (ba[y] >= 0 && ba[y] != x) {
+			return false
+		}
+		ab[x], ba[y] = y, x
+	}
+	return true
 }
 
 type shard struct {
@@ -251,6 +287,12 @@ func (s *nodeSet) install(m slotMap) {
 		tp.nodes = append(tp.nodes, n)
 	}
 	sort.Slice(tp.nodes, func(i, j int) bool { return tp.nodes[i].addr < tp.nodes[j].addr })
+	if old := s.topo.Load(); old != nil {
+		tp.prev = old.prev
+		if len(old.shards) > 0 && !samePartition(&old.slots, len(old.shards), &tp.slots, len(tp.shards)) {
+			tp.prev = &partition{slots: old.slots, shards: len(old.shards)}
+		}
+	}
 	for _, sh := range tp.shards {
 		for i, n := range sh.nodes {
 			was := n.primary.Swap(i == 0)

@@ -111,10 +111,13 @@ func New(opts Options) *Detector {
 }
 
 // Record notes one read of key at now (Unix ns). Most calls return after
-// drawing a random number.
-func (d *Detector) Record(key string, now int64) {
+// drawing a random number. It reports cooled when the read was sampled and
+// key's estimated rate, this read included, is below half the threshold:
+// a key held because it was hot can be let go then. (Half, so that a key
+// read right at the threshold is not dropped and taken back in turn.)
+func (d *Detector) Record(key string, now int64) (cooled bool) {
 	if d.opts.Sample > 1 && rand.IntN(d.opts.Sample) != 0 {
-		return
+		return false
 	}
 	sh := &d.shards[maphash.String(d.seed, key)%shards]
 	sh.mu.Lock()
@@ -134,14 +137,14 @@ func (d *Detector) Record(key string, now int64) {
 	if e := sh.index[key]; e != nil {
 		e.count += w
 		sh.down(e.pos)
-		return
+		return d.rate(sh, e.count, now) < d.opts.Threshold/2
 	}
 	if len(sh.heap) < d.per {
 		e := &entry{key: key, count: w, pos: len(sh.heap)}
 		sh.heap = append(sh.heap, e)
 		sh.index[key] = e
 		sh.up(e.pos)
-		return
+		return d.rate(sh, e.count, now) < d.opts.Threshold/2
 	}
 	// Space-Saving: the new key takes the place, and the count, of the
 	// least-read candidate.
@@ -151,6 +154,7 @@ func (d *Detector) Record(key string, now int64) {
 	e.count += w
 	sh.index[key] = e
 	sh.down(0)
+	return d.rate(sh, e.count, now) < d.opts.Threshold/2
 }
 
 // rate turns a stored count into reads per second at now. A steady rate r
