@@ -50,7 +50,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 			setErr(i, err)
 			continue
 		}
-		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.hot != nil && n.p.Hot.Keys == HotDetected {
+		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.hot != nil && n.p.Hot.Keys == HotDetected && !n.sharedHotKey(key, now) {
 			n.hot.Delete(key) // cooled; see Get
 		}
 		if _, seen := waits[key]; seen {

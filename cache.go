@@ -129,6 +129,9 @@ func New(opts Options) (*Cache, error) {
 	if opts.Shared != nil {
 		c.goOwned(c.replayInvalidations)
 	}
+	if sharer, ok := opts.Shared.(HotSharer); ok {
+		c.goOwned(func() { c.shareHotKeys(sharer) })
+	}
 	return c, nil
 }
 

@@ -964,3 +964,36 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 		t.Fatalf("left the hot tier after %v: never, or before its rate fell under half the threshold", leftTier)
 	}
 }
+
+// With Hot.Share, a key one process finds hot is hot in the others after
+// one exchange: they keep it in memory although they have read it once.
+func TestSharedHotSet(t *testing.T) {
+	shared := inmem.New(nil)
+	p := holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Threshold: 50, HalfLife: time.Second, Share: true}}
+	opts := holdfast.Options{Shared: shared, HotShareInterval: 20 * time.Millisecond}
+	a := newNS(t, newCache(t, opts), "product", p)
+	b := newNS(t, newCache(t, opts), "product", p)
+	l := &countingLoader{}
+	for range 2000 {
+		mustGet(t, a, "viral", l)
+	}
+	if hk := a.HotKeys(); len(hk) != 1 || hk[0].Key != "viral" {
+		t.Fatalf("a's hot keys %+v", hk)
+	}
+	eventually(t, "b to fetch the shared hot set", func() bool { return b.Stats().SharedHotKeys == 1 })
+	if hk := b.HotKeys(); len(hk) != 0 {
+		t.Fatalf("b detected %+v itself", hk)
+	}
+	if res := mustGet(t, b, "viral", l); res.Source != holdfast.SourceShared {
+		t.Fatalf("b's first read from %v, want the shared tier", res.Source)
+	}
+	if res := mustGet(t, b, "viral", l); res.Source != holdfast.SourceHot {
+		t.Fatalf("b's second read from %v, want the hot tier (shared hot set)", res.Source)
+	}
+	if res := mustGet(t, b, "cold", l); res.Source == holdfast.SourceHot {
+		t.Fatal("a cold key in b's hot tier")
+	}
+	if shared.Calls().HotShares == 0 {
+		t.Fatal("no exchange")
+	}
+}

@@ -84,7 +84,13 @@ const replayBatch = 256
 // replayInvalidations runs while the cache is open and has a shared tier:
 // every ReplayInterval it retries the pending deletes of every namespace.
 func (c *Cache) replayInvalidations() {
-	t := time.NewTicker(c.opts.ReplayInterval)
+	c.everyInterval(c.opts.ReplayInterval, func(ns *Namespace) { ns.replayPending(c.ctx) })
+}
+
+// everyInterval calls f for each namespace every d, on the calling
+// goroutine, until the Cache closes.
+func (c *Cache) everyInterval(d time.Duration, f func(*Namespace)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -99,7 +105,7 @@ func (c *Cache) replayInvalidations() {
 		}
 		c.mu.Unlock()
 		for _, ns := range nss {
-			ns.replayPending(c.ctx)
+			f(ns)
 		}
 	}
 }

@@ -52,6 +52,7 @@ type Stats struct {
 	ErrorBackoffs     uint64 // reads served stale without a load because the key's last load failed within LoadErrorBackoff
 	SmearedReads      uint64 // shared-tier reads of hot keys sent to one of their copies (Smearer)
 	SmearedWrites     uint64 // shared-tier writes of hot keys to all their copies (Smearer)
+	SharedHotKeys     uint64 // keys in the hot set shared by every process, as last fetched (a gauge; Hot.Share)
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // bytes now in the hot tier (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)

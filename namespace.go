@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/hotkey"
@@ -29,10 +30,12 @@ type Namespace struct {
 	limit   *limiter // this namespace's own cap, or nil
 	ctr     *counters
 	pending pendingDeletes
-	coord   Coordinator            // the shared tier, when it coordinates processes
-	hotKeys *hotkey.Detector       // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
-	smear   Smearer                // the shared tier, when it smears hot keys
-	backoff *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
+	coord   Coordinator      // the shared tier, when it coordinates processes
+	hotKeys *hotkey.Detector // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
+	smear   Smearer          // the shared tier, when it smears hot keys
+	// sharedHot is the hot set every process published (Hot.Share).
+	sharedHot atomic.Pointer[sharedHotSet]
+	backoff   *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
 }
 
 // entryOverhead approximates what one cached entry costs beyond its bytes (map
@@ -100,6 +103,9 @@ func (n *Namespace) Stats() Stats {
 		s.LastKnownGoodKeys = uint64(n.lkg.Stats().Entries)
 	}
 	s.PendingDeletes = uint64(n.pending.n.Load())
+	if set := n.sharedHot.Load(); set != nil && n.now() < set.until {
+		s.SharedHotKeys = uint64(len(set.keys))
+	}
 	return s
 }
 
@@ -128,7 +134,7 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 	}
 	if n.hot != nil {
 		now := n.now()
-		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.p.Hot.Keys == HotDetected {
+		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.p.Hot.Keys == HotDetected && !n.sharedHotKey(key, now) {
 			// The key has cooled: it leaves the hot tier now rather
 			// than at its hot TTL, which keeps the tier to the keys
 			// that are hot.
@@ -530,7 +536,7 @@ func (n *Namespace) writeShared(ctx context.Context, items []Item, vers []versio
 // smearing reports whether key is read from and written to the shared
 // tier's copies: the tier smears and the key is hot now.
 func (n *Namespace) smearing(key string) bool {
-	return n.smear != nil && n.smear.Copies() > 1 && n.hotKeys.IsHot(key, n.now())
+	return n.smear != nil && n.smear.Copies() > 1 && n.isHot(key, n.now())
 }
 
 // version is a key's invalidation version as read before a load.
@@ -757,7 +763,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 
 // admitHot reports whether key may enter the hot tier now.
 func (n *Namespace) admitHot(key string, now int64) bool {
-	if n.p.Hot.Keys == HotDetected && !n.hotKeys.IsHot(key, now) {
+	if n.p.Hot.Keys == HotDetected && !n.isHot(key, now) {
 		return false
 	}
 	return n.p.Hot.Admit == nil || n.p.Hot.Admit(key)

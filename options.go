@@ -47,6 +47,11 @@ type Options struct {
 	// Default 500 ms.
 	ReplayInterval time.Duration
 
+	// HotShareInterval is how often namespaces with Hot.Share exchange
+	// their hot keys through the shared tier (a HotSharer): one call per
+	// namespace per interval. Default 5 s.
+	HotShareInterval time.Duration
+
 	// Logger receives rare events: loader panics, replayed invalidations.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -153,6 +158,12 @@ type HotPolicy struct {
 	// Admit, when set, must also accept a key for it to enter the hot tier.
 	// Default nil.
 	Admit func(key string) bool
+	// Share exchanges this namespace's hot keys with the other processes
+	// through the shared tier, when it is a HotSharer (package redis):
+	// each process then treats the keys any of them found hot as hot,
+	// for three HotShareIntervals after they were last published.
+	// Default false.
+	Share bool
 }
 
 // HotKeys chooses which keys enter a namespace's hot tier.
@@ -216,6 +227,7 @@ const (
 
 	DefaultMaxPendingInvalidations = 100_000
 	DefaultReplayInterval          = 500 * time.Millisecond
+	DefaultHotShareInterval        = 5 * time.Second
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -231,8 +243,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.MaxPendingInvalidations < 0 || o.ReplayInterval < 0 {
-		return o, fmt.Errorf("holdfast: MaxPendingInvalidations %d or ReplayInterval %v is negative", o.MaxPendingInvalidations, o.ReplayInterval)
+	if o.MaxPendingInvalidations < 0 || o.ReplayInterval < 0 || o.HotShareInterval < 0 {
+		return o, fmt.Errorf("holdfast: MaxPendingInvalidations %d, ReplayInterval %v or HotShareInterval %v is negative", o.MaxPendingInvalidations, o.ReplayInterval, o.HotShareInterval)
+	}
+	if o.HotShareInterval == 0 {
+		o.HotShareInterval = DefaultHotShareInterval
 	}
 	if o.MaxPendingInvalidations == 0 {
 		o.MaxPendingInvalidations = DefaultMaxPendingInvalidations

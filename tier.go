@@ -107,3 +107,16 @@ type Smearer interface {
 	// version. It reports whether the key itself was written.
 	SetSmearedIfVersion(ctx context.Context, item Item, version uint64) (bool, error)
 }
+
+// HotSharer is implemented by shared tiers through which processes share
+// the keys they find hot (Policy.Hot.Share), so that every instance keeps
+// the same keys in memory and smears the same ones, including instances
+// that have not seen enough reads of a key yet (a new instance, or one the
+// load balancer sends less traffic). The Cache calls it once per
+// Options.HotShareInterval per sharing namespace: a low, bounded rate.
+type HotSharer interface {
+	// ShareHot publishes keys as hot in set for ttl, and returns the keys
+	// any process published in set that are still current, at most limit,
+	// the most recently published first. The tier bounds the set's size.
+	ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error)
+}

@@ -114,13 +114,17 @@ type Policies struct {
 // min with a 30 min stale-if-error window; stock 5 s, refreshed in the
 // background after 3 s, stale-if-error 5 s; list pages 10 min with a 10 min
 // window. Search results follow the list pages' windows, with a shorter TTL
-// because a new or renamed product should reach autocomplete soon.
+// because a new or renamed product should reach autocomplete soon. Every
+// namespace shares its hot keys with the other instances through Redis
+// (Hot.Share), so that a product going viral is kept in every instance's
+// memory, and smeared, as soon as one of them sees it.
 func DefaultPolicies() Policies {
+	share := holdfast.HotPolicy{Share: true}
 	return Policies{
-		Product: holdfast.Policy{TTL: 30 * time.Minute, StaleIfError: 30 * time.Minute},
-		Stock:   holdfast.Policy{TTL: 5 * time.Second, SoftTTL: 3 * time.Second, StaleIfError: 5 * time.Second},
-		List:    holdfast.Policy{TTL: 10 * time.Minute, StaleIfError: 10 * time.Minute},
-		Search:  holdfast.Policy{TTL: 5 * time.Minute, StaleIfError: 10 * time.Minute},
+		Product: holdfast.Policy{TTL: 30 * time.Minute, StaleIfError: 30 * time.Minute, Hot: share},
+		Stock:   holdfast.Policy{TTL: 5 * time.Second, SoftTTL: 3 * time.Second, StaleIfError: 5 * time.Second, Hot: share},
+		List:    holdfast.Policy{TTL: 10 * time.Minute, StaleIfError: 10 * time.Minute, Hot: share},
+		Search:  holdfast.Policy{TTL: 5 * time.Minute, StaleIfError: 10 * time.Minute, Hot: share},
 	}
 }
 

@@ -25,9 +25,10 @@ type Tier struct {
 	items    map[string]item
 	versions map[string]uint64 // invalidation versions (Coordinator)
 	leases   map[string]lease
-	failing  error         // returned by every call while non-nil
-	stall    chan struct{} // while non-nil, calls block until it closes or ctx ends
-	stallW   chan struct{} // the same, for Set only
+	hotSets  map[string]map[string]time.Time // shared hot sets: key → expiry (HotSharer)
+	failing  error                           // returned by every call while non-nil
+	stall    chan struct{}                   // while non-nil, calls block until it closes or ctx ends
+	stallW   chan struct{}                   // the same, for Set only
 	calls    Calls
 }
 
@@ -41,6 +42,7 @@ type Calls struct {
 	Gets, GetManys, Sets, Deletes int
 	Versions, Leases, Releases    int
 	SmearedGets, SmearedSets      int // Smearing only
+	HotShares                     int
 }
 
 var _ holdfast.Tier = (*Tier)(nil)

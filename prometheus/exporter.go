@@ -86,6 +86,7 @@ var metrics = []metric{
 	counter("smeared_reads_total", "Shared-tier reads of hot keys sent to one of their copies on another node.", func(s holdfast.Stats) uint64 { return s.SmearedReads }),
 	counter("smeared_writes_total", "Shared-tier writes of hot keys to every one of their copies.", func(s holdfast.Stats) uint64 { return s.SmearedWrites }),
 	counter("error_backoffs_total", "Reads served stale without a load because the key's last load failed moments ago.", func(s holdfast.Stats) uint64 { return s.ErrorBackoffs }),
+	gauge("shared_hot_keys", "Keys in the hot set shared by every process, as last fetched (Policy.Hot.Share).", func(s holdfast.Stats) uint64 { return s.SharedHotKeys }),
 	gauge("hot_entries", "Entries in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotEntries }),
 	gauge("hot_bytes", "Bytes in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotBytes }),
 	gauge("last_known_good_entries", "Entries in the last-known-good store.", func(s holdfast.Stats) uint64 { return s.LastKnownGoodKeys }),

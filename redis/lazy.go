@@ -24,7 +24,10 @@ type Lazy struct {
 	done chan struct{}
 }
 
-var _ holdfast.Smearer = (*Lazy)(nil)
+var (
+	_ holdfast.Smearer   = (*Lazy)(nil)
+	_ holdfast.HotSharer = (*Lazy)(nil)
+)
 
 // NewLazy validates opts and starts connecting in the background, retrying
 // with jittered exponential backoff from 250 ms to 10 s until it succeeds
@@ -191,4 +194,12 @@ func (l *Lazy) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 		return t.SetSmearedIfVersion(ctx, it, version)
 	}
 	return false, errNotConnected
+}
+
+// ShareHot implements holdfast.HotSharer.
+func (l *Lazy) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.ShareHot(ctx, set, keys, ttl, limit)
+	}
+	return nil, errNotConnected
 }
