@@ -153,7 +153,7 @@ type IndexEntry struct {
 // issues ask for, and the loads that show coalescing.
 var headlineExtras = []string{
 	"first_ejection_ms", "healthy_keys_p99_ratio", "unready_replica_reads",
-	"hot_tier_share", "node_ops_max_over_mean", "violations", "cold_key_loads",
+	"hot_tier_share", "hot_tier_keys", "hot_tier_key_share", "node_ops_max_over_mean", "violations", "cold_key_loads",
 	"loads_per_burst_16_max", "loads_burst_1000", "loads_burst_16_redis_down", "loads_per_burst_max",
 }
 
@@ -230,7 +230,7 @@ func ReadReport(r io.Reader) (*Report, error) {
 // the table shows them even when they are zero in every mode.
 var issueFigures = map[string]bool{
 	"first_ejection_ms": true, "healthy_keys_p99_ratio": true, "unready_replica_reads": true,
-	"hot_tier_share": true, "node_ops_max_over_mean": true, "violations": true,
+	"hot_tier_share": true, "hot_tier_key_share": true, "node_ops_max_over_mean": true, "violations": true,
 	// Issue 5's cross-check of unready_replica_reads, from the server.
 	"unready_replica_server_reads": true,
 }

@@ -36,7 +36,9 @@ func init() {
 	Register(Scenario{Name: "db-slow", Summary: "The source's latency goes from 12 ms to 400 ms for the middle third.", Plan: dbFault("slow")})
 	Register(Scenario{Name: "db-down", Summary: "Every load fails for the middle third.", Plan: dbFault("down")})
 	Register(Scenario{Name: "stampede", Summary: "16 goroutines on one empty key with a 200 ms loader, 5 times (seed 000); 1,000 goroutines once; 16 with Redis down.", Plan: stampede})
-	Register(Scenario{Name: "hot-key", Summary: "Zipf-popular keys on a 3+3 Cluster, with a spike on one key in the middle third (seed 002): hot_tier_share, node_ops_max_over_mean.", Plan: hotKey})
+	Register(Scenario{Name: "hot-key", Summary: "A spike on a 3+3 Cluster: 2,000 req/s for 20 s, 80% on one key, the rest uniform over 10,000 keys (issue 6, seeds 002 and 004): hot_tier_share, node_ops_max_over_mean.", Plan: hotSpike(false)})
+	Register(Scenario{Name: "hot-key-smear", Summary: "The hot-key spike with holdfast's hot tier off: node_ops_max_over_mean from smearing alone (issue 6, seed 004).", Plan: hotSpike(true)})
+	Register(Scenario{Name: "hot-zipf", Summary: "2,000 req/s over 100,000 keys with Zipf (s = 1.1) popularity on a 3+3 Cluster (issue 6): hot_tier_share, hot_tier_key_share.", Plan: hotZipf})
 	Register(Scenario{Name: "hit-during-load", Summary: "Hits on warm keys while 1 s loads of other keys run (seed 000's one lock per cache name).", Plan: hitDuringLoad})
 	Register(Scenario{Name: "stale-set-race", Summary: "Writes (update + invalidate) racing loads: a late SET must not put an old version back (violations).", Plan: staleSetRace})
 	Register(Scenario{Name: "cross-process-stampede", Summary: "4 OS processes × 250 goroutines on one cold key, 3 times (seed 000's two JVMs).", Plan: crossProcessStampede})
@@ -47,7 +49,7 @@ func init() {
 }
 
 // holdfastConfig says how the holdfast mode is set up (see NewHoldfast).
-const holdfastConfig = "library defaults (hot tier on; Redis tier: 50 ms read budget, 100 ms write timeout, breaker on) with soft TTL 0.8×TTL, the scenario's TTL and stale-if-error, load limit = loader cap"
+const holdfastConfig = "library defaults (hot tier on for the keys detected hot; Redis tier: 50 ms read budget, 100 ms write timeout, breaker on) with soft TTL 0.8×TTL, the scenario's TTL and stale-if-error, load limit = loader cap"
 
 func baseParams(d time.Duration, w [2]time.Duration) map[string]any {
 	return map[string]any{
