@@ -21,6 +21,12 @@
 // its hard time, so an outage costs one load per key per TTL, not one per
 // read.
 //
+// With a shared tier, the hot tier holds the keys read often enough to be
+// hot, found as they are read (Policy.Hot); a shared tier that is a Smearer
+// (a Redis Cluster) also keeps copies of them on several nodes and spreads
+// their reads over the copies, and one that is a HotSharer lets processes
+// share what they found hot.
+//
 // Values are bytes at the bottom, wrapped in a versioned, checksummed
 // envelope (see Entry); Typed adds a codec on top. Corrupt bytes from a shared
 // tier are a miss, never a panic.

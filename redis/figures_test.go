@@ -172,7 +172,7 @@ type figureSystem struct {
 
 // newHoldfastSystem builds holdfast over a default Tier (50 ms budget,
 // default breaker) on its own server.
-func newHoldfastSystem(t *testing.T, name string, cfg figureConfig, hot bool) *figureSystem {
+func newHoldfastSystem(t *testing.T, name string, cfg figureConfig, hot holdfast.HotPolicy) *figureSystem {
 	srv := redistest.Standalone(t)
 	tier, err := redis.New(redis.Options{Addrs: []string{srv.Addr()}})
 	if err != nil {
@@ -191,7 +191,7 @@ func newHoldfastSystem(t *testing.T, name string, cfg figureConfig, hot bool) *f
 	ns, err := cache.Namespace("stock", holdfast.Policy{
 		TTL:          cfg.ttl,
 		StaleIfError: cfg.staleIfError,
-		Hot:          holdfast.HotPolicy{Disabled: !hot},
+		Hot:          hot,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -428,8 +428,9 @@ func runFigure(t *testing.T, cfg figureConfig, systems []*figureSystem, fail, he
 func figureTest(t *testing.T, scenario string, fail, heal func(*redistest.Server), p99Bound, p50Bound time.Duration) {
 	cfg, size := figure()
 	systems := []*figureSystem{
-		newHoldfastSystem(t, "holdfast", cfg, true),
-		newHoldfastSystem(t, "holdfast hot-off", cfg, false),
+		newHoldfastSystem(t, "holdfast", cfg, holdfast.HotPolicy{}),
+		newHoldfastSystem(t, "holdfast hot-all", cfg, holdfast.HotPolicy{Keys: holdfast.HotAll}),
+		newHoldfastSystem(t, "holdfast hot-off", cfg, holdfast.HotPolicy{Disabled: true}),
 		newNaiveSystem(t, cfg),
 	}
 	samples, failAt, recoverAt := runFigure(t, cfg, systems, fail, heal)
