@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-dev/holdfast/postgres"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -86,6 +87,9 @@ func TestEndToEndRedisClusterPostgres(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Cache-Status"), "holdfast; fwd=miss; stored") {
 		t.Fatalf("A's first read: %d %q %s", resp.StatusCode, resp.Header.Get("Cache-Status"), body)
 	}
+	// A writes to Redis after answering, and B may read a replica: wait
+	// until every node serving the key has it.
+	waitReplicated(t, cluster, "catalogd:product:42")
 	resp, _ = call(t, "GET", b+"/v1/products/42", "")
 	if cs := resp.Header.Get("Cache-Status"); !strings.HasPrefix(cs, "holdfast; hit; detail=shared") {
 		t.Errorf("B's first read should come from Redis: %q", cs)
@@ -181,5 +185,37 @@ func TestEndToEndRedisClusterPostgres(t *testing.T) {
 	json.Unmarshal(body, &ready)
 	if resp.StatusCode != 200 || ready.Checks["redis"].Status != "down" {
 		t.Errorf("readyz with Redis dead should be 200 and report it down: %d %s", resp.StatusCode, body)
+	}
+}
+
+// waitReplicated waits until key can be read from every node of cl that
+// serves its slot, replicas included (READONLY), failing after 5 s.
+func waitReplicated(t *testing.T, cl *redistest.RedisCluster, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := range cl.Nodes() {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			var got error
+			c.Dedicated(func(d rueidis.DedicatedClient) error {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				d.Do(ctx, d.B().Readonly().Build())
+				got = d.Do(ctx, d.B().Get().Key(key).Build()).Error()
+				return nil
+			})
+			if got == nil || strings.HasPrefix(got.Error(), "MOVED") {
+				break // has it, or does not serve the slot
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("%s not on %s after 5 s: %v", key, n.Addr(), got)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		c.Close()
 	}
 }

@@ -68,7 +68,7 @@ func copyKeys(slots *[slotCount]int16, shards int, full string, copies int) []st
 		return nil
 	}
 	var usedBuf [64]bool
-	used := usedBuf[:0]
+	var used []bool
 	if shards <= len(usedBuf) {
 		used = usedBuf[:shards]
 	} else {

@@ -254,7 +254,6 @@ func TestClusterSmearing(t *testing.T) {
 
 	// The key turns hot: the first reads go to the key itself; once it is
 	// hot, to a random copy, which is filled from the key when it misses.
-	before := shardReads(rtr)
 	v1 := fmt.Sprintf("viral=v%d", 1)
 	if seen := readMany(t, reader, "viral", src, 3000, 4); seen[v1] != 3000 {
 		t.Fatalf("values read: %v", seen)
@@ -276,7 +275,7 @@ func TestClusterSmearing(t *testing.T) {
 	})
 
 	// Hot and smeared: the three shards share the key's reads.
-	before = shardReads(rtr)
+	before := shardReads(rtr)
 	if seen := readMany(t, reader, "viral", src, 6000, 4); seen[v1] != 6000 {
 		t.Fatalf("values read: %v", seen)
 	}
