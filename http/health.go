@@ -3,7 +3,10 @@ package http
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
+
+	"github.com/holdfast-dev/holdfast"
 )
 
 // healthz is liveness: the process runs and serves HTTP. It checks no
@@ -53,5 +56,30 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if body.Status != "ready" {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
+	w.Write(append(b, '\n'))
+}
+
+// hotKey is one entry of /v1/hotkeys.
+type hotKey struct {
+	Key            string  `json:"key"`
+	ReadsPerSecond float64 `json:"reads_per_second"`
+}
+
+// hotKeys lists each namespace's hot keys as this instance detects them
+// now, fastest first (holdfast.Namespace.HotKeys): what an operator asks
+// first when one product goes viral. A namespace without detection (no
+// shared tier: every key is in the hot tier) lists none.
+func (h *Handler) hotKeys(w http.ResponseWriter, r *http.Request) {
+	body := map[string][]hotKey{}
+	for _, ns := range []*holdfast.Namespace{h.product, h.stock, h.list, h.search} {
+		keys := []hotKey{}
+		for _, k := range ns.HotKeys() {
+			keys = append(keys, hotKey{k.Key, math.Round(k.Rate*10) / 10})
+		}
+		body[ns.Name()] = keys
+	}
+	b, _ := json.Marshal(body) // strings and finite floats: cannot fail
+	w.Header()["Content-Type"] = jsonContentType
+	w.Header().Set("Cache-Control", "no-store")
 	w.Write(append(b, '\n'))
 }

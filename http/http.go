@@ -273,6 +273,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /v1/search", h.searchProducts)
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.HandleFunc("GET /v1/hotkeys", h.hotKeys)
 	// The catch-all turns the mux's plain-text 404 and 405 into JSON errors.
 	h.mux.HandleFunc("/", h.unmatched)
 	if cfg.Registry != nil {

@@ -685,3 +685,31 @@ func TestRejectedRefreshServesStale(t *testing.T) {
 		}
 	})
 }
+
+// TestHotKeysEndpoint: /v1/hotkeys lists the products read often enough to
+// be hot, per namespace, and none of the others.
+func TestHotKeysEndpoint(t *testing.T) {
+	e := newEnv(t, setup{shared: newInmemTier()})
+	e.get("/v1/products/1")
+	for range 300 {
+		if rec := e.get("/v1/products/2"); rec.Code != 200 {
+			t.Fatalf("product 2: %d %s", rec.Code, rec.Body)
+		}
+	}
+	rec := e.get("/v1/hotkeys")
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, type %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	body := decode[map[string][]struct {
+		Key  string  `json:"key"`
+		Rate float64 `json:"reads_per_second"`
+	}](t, rec)
+	for _, ns := range []string{cdhttp.NamespaceProduct, cdhttp.NamespaceStock} {
+		if hk := body[ns]; len(hk) != 1 || hk[0].Key != "2" || hk[0].Rate < 1000.0/60 {
+			t.Errorf("%s hot keys %+v, want product 2 alone, above 1,000 reads a minute", ns, hk)
+		}
+	}
+	if hk, ok := body[cdhttp.NamespaceList]; !ok || len(hk) != 0 {
+		t.Errorf("list hot keys %+v, want an empty list", hk)
+	}
+}

@@ -213,11 +213,12 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 		}
 		bumped, bumpedNames, vers = append(bumped, execs[i].Keys[0]), append(bumpedNames, names[i]), append(vers, v)
 	}
-	if firstErr == nil {
-		// A key that failed is returned as failed, and its invalidation
-		// is repeated whole; its copies wait for that.
-		if cerrs := t.invalidateCopies(wctx, bumped, bumpedNames, vers); len(cerrs) > 0 {
-			errs = append(errs, cerrs...)
+	// The copies of every key whose version was raised; a key that failed
+	// is returned as failed, its invalidation is repeated whole, and its
+	// copies wait for that.
+	if cerrs := t.invalidateCopies(wctx, bumped, bumpedNames, vers); len(cerrs) > 0 {
+		errs = append(errs, cerrs...)
+		if firstErr == nil {
 			firstErr = errors.Unwrap(cerrs[0])
 		}
 	}

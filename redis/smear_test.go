@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -409,5 +410,29 @@ func BenchmarkCopyKeys(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCopiesAfterResharding: Invalidate's copies include those chosen under
+// the previous slot map, so a resharding cannot leave an old copy behind;
+// reads and writes use the current map only.
+func TestCopiesAfterResharding(t *testing.T) {
+	tr, _, _ := fakeShardTier(t)
+	tp := &topology{slots: *evenSlots(3), shards: make([]shard, 3), prev: &partition{slots: *evenSlots(4), shards: 4}}
+	tr.nodes.topo.Store(tp)
+	full := "product:42"
+	now := tr.copiesOf(full, false)
+	before := copyKeys(&tp.prev.slots, 4, full, DefaultHotCopies)
+	all := tr.copiesOf(full, true)
+	if len(now) != 2 || len(before) != 3 {
+		t.Fatalf("copies now %v, before %v", now, before)
+	}
+	for _, k := range append(append([]string{}, now...), before...) {
+		if !slices.Contains(all, k) {
+			t.Fatalf("invalidation's copies %v lack %s", all, k)
+		}
+	}
+	if len(all) > len(now)+len(before) {
+		t.Fatalf("invalidation's copies %v repeat keys", all)
 	}
 }
