@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
 )
 
 // BatchLoader loads many keys in one call (one SQL query with IN (...), say).
@@ -95,6 +96,10 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 
 // runBatch is the flight body for the keys a GetMany leads: one shared-tier
 // batch read, then one batch load for the keys that need it.
+// maxConcurrentVersionReads bounds the version reads one batch has in
+// flight at once.
+const maxConcurrentVersionReads = 32
+
 func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoader) {
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
 	defer cancel()
@@ -159,11 +164,22 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 	if len(toLoad) == 0 {
 		return
 	}
-	// Versions are read before the source, one key at a time: batches are
-	// rarely large and a Coordinator's Version is one round trip.
+	// Versions are read before the source, concurrently: a Coordinator's
+	// Version is one round trip, and concurrent calls share round trips
+	// (rueidis pipelines them on one connection), so a batch of misses
+	// waits about one round trip instead of one per key.
 	versions := make([]version, len(keys))
-	for _, i := range toLoad {
-		versions[i] = n.readVersion(ctx, keys[i], statuses[i])
+	if n.coord != nil {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, maxConcurrentVersionReads)
+		for _, i := range toLoad {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				versions[i] = n.readVersion(ctx, keys[i], statuses[i])
+			})
+		}
+		wg.Wait()
 	}
 	if !n.acquire(ctx) {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
