@@ -28,3 +28,7 @@ func slot(key string) uint16 {
 	}
 	return crc % slotCount
 }
+
+// Slot returns the Redis Cluster hash slot of a key as stored, KeyPrefix
+// included: for tools that map keys to nodes (the lab does).
+func Slot(key string) uint16 { return slot(key) }

@@ -192,7 +192,7 @@ func (r *freezeRun) setup(f *Fixture, keys int) error {
 	}
 	r.owner = owner
 	// The primary of the first key's slot: a third of the keys, about.
-	frozenAddr := owner[keySlot(r.stored("product:0"))]
+	frozenAddr := owner[redis.Slot(r.stored("product:0"))]
 	for _, n := range f.Cluster.Nodes {
 		if n.Addr == frozenAddr {
 			r.frozen = n
@@ -201,7 +201,7 @@ func (r *freezeRun) setup(f *Fixture, keys int) error {
 	if r.frozen == nil {
 		return fmt.Errorf("primary %s of product:0 not among the nodes", frozenAddr)
 	}
-	r.healthy = func(key string) bool { return r.owner[keySlot(r.stored(key))] != frozenAddr }
+	r.healthy = func(key string) bool { return r.owner[redis.Slot(r.stored(key))] != frozenAddr }
 	if err := warm(f, productKeys(keys), baseLoader); err != nil {
 		return err
 	}
@@ -378,7 +378,7 @@ func fillShard(c *Cluster, primary string, n int) error {
 	// About a third of the names fall on primary's slots: a bounded scan.
 	for i, put := 0, 0; put < n && i < 10*n; i++ {
 		k := "fill:" + strconv.Itoa(i)
-		if owner[keySlot(k)] != primary {
+		if owner[redis.Slot(k)] != primary {
 			continue
 		}
 		put++
@@ -529,26 +529,4 @@ func slotOwners(addr string) (owner [16384]string, _ error) {
 		}
 	}
 	return owner, nil
-}
-
-// keySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash
-// tag, or of the whole key when it has none, mod 16384.
-func keySlot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc & 16383
 }

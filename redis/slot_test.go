@@ -1,0 +1,23 @@
+package redis
+
+import "testing"
+
+// TestSlotKnownValues: slots Redis itself computes (CLUSTER KEYSLOT), and
+// the hash-tag rule: only the first non-empty {...} is hashed. (TestCluster
+// checks many more keys against a real server.)
+func TestSlotKnownValues(t *testing.T) {
+	for key, want := range map[string]uint16{
+		"foo":       12182,
+		"123456789": 12739, // CRC16/XMODEM check value 0x31C3
+	} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if Slot("{user1000}.following") != Slot("user1000") || Slot("x{user1000}{y}") != Slot("user1000") {
+		t.Error("a hash tag is not what is hashed")
+	}
+	if Slot("a{}b") == Slot("") {
+		t.Error("an empty hash tag must hash the whole key")
+	}
+}
