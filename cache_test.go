@@ -1002,3 +1002,22 @@ func TestSharedHotSet(t *testing.T) {
 		t.Fatal("no exchange")
 	}
 }
+
+// With the default policy (1,000 reads a minute, 2 s half-life), issue 6's
+// spike key, 1,600 reads a second, is in the hot tier well within a second.
+func TestSpikeKeyPromotedWithDefaults(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{Shared: inmem.New(clk.Now).Smearing(5), Clock: clk})
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour})
+	l := &countingLoader{}
+	mustGet(t, ns, "viral", l)
+	settle(t, ns, "viral")
+	for i := 1; i <= 1600; i++ {
+		clk.Advance(625 * time.Microsecond)
+		if mustGet(t, ns, "viral", l).Source == holdfast.SourceHot {
+			t.Logf("in the hot tier after %v", time.Duration(i)*625*time.Microsecond)
+			return
+		}
+	}
+	t.Fatal("not in the hot tier after 1 s of 1,600 reads a second")
+}
