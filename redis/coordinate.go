@@ -79,20 +79,45 @@ func sibling(full, suffix string) (string, error) {
 // coordinate runs one call under the breaker with a deadline, guarded as
 // reads are while Redis is suspect.
 func (t *Tier) coordinate(ctx context.Context, timeout time.Duration, call func(ctx context.Context) rueidis.RedisResult) rueidis.RedisResult {
+	return t.coordinateMulti(ctx, timeout, 1, func(ctx context.Context) []rueidis.RedisResult {
+		return []rueidis.RedisResult{call(ctx)}
+	})[0]
+}
+
+// coordinateMulti is coordinate for a pipeline of n commands; its first
+// error is what the breaker hears.
+func (t *Tier) coordinateMulti(ctx context.Context, timeout time.Duration, n int, call func(ctx context.Context) []rueidis.RedisResult) []rueidis.RedisResult {
 	gen, err := t.begin(ctx)
 	if err != nil {
-		return rueidis.NewErrorResult(err)
+		return errorResults(n, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var res rueidis.RedisResult
+	var results []rueidis.RedisResult
 	if t.guarded() {
-		res = guard(cctx, t, func() rueidis.RedisResult { return call(cctx) }, rueidis.NewErrorResult)
+		results = guard(cctx, t, func() []rueidis.RedisResult { return call(cctx) }, func(err error) []rueidis.RedisResult { return errorResults(n, err) })
 	} else {
-		res = call(cctx)
+		results = call(cctx)
 	}
-	t.end(ctx, gen, res.Error())
-	return res
+	var first error
+	for _, r := range results {
+		if err := r.Error(); err != nil {
+			first = err
+			break
+		}
+	}
+	t.end(ctx, gen, first)
+	return results
+}
+
+// countSetFailure counts a failed write: skipped by the open breaker, or
+// failed.
+func (t *Tier) countSetFailure(err error) {
+	if errors.Is(err, holdfast.ErrBypassed) {
+		t.stats.setBypassed.add(1)
+	} else {
+		t.stats.setErrors.add(1)
+	}
 }
 
 // Version implements holdfast.Coordinator.
@@ -142,11 +167,7 @@ func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint6
 	})
 	n, err := res.AsInt64()
 	if err != nil {
-		if errors.Is(err, holdfast.ErrBypassed) {
-			c.setBypassed.add(1)
-		} else {
-			c.setErrors.add(1)
-		}
+		t.countSetFailure(err)
 		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
 	}
 	return n == 1, nil

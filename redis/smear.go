@@ -211,17 +211,12 @@ func (t *Tier) fill(copy, value string, ver uint64) {
 	args := []string{strconv.FormatUint(ver, 10), value, strconv.FormatInt(pxMillis(t.opts.Cluster.HotCopyTTL), 10), "copy"}
 	started := t.goOwned(func() {
 		defer t.filling.Delete(copy)
-		c := &t.stats
-		c.copyFills.add(1)
+		t.stats.copyFills.add(1)
 		res := t.coordinate(context.Background(), t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
 			return setIfVersionScript.Exec(ctx, t.client, []string{copy, copy + ":v"}, args)
 		})
 		if err := res.Error(); err != nil {
-			if errors.Is(err, holdfast.ErrBypassed) {
-				c.setBypassed.add(1)
-			} else {
-				c.setErrors.add(1)
-			}
+			t.countSetFailure(err)
 		}
 	})
 	if !started {
@@ -257,7 +252,7 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 	for _, k := range copies {
 		execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + ":v"}, Args: []string{ver, val, ms, "copy"}})
 	}
-	results := t.coordinateMulti(ctx, len(execs), func(ctx context.Context) []rueidis.RedisResult {
+	results := t.coordinateMulti(ctx, t.opts.WriteTimeout, len(execs), func(ctx context.Context) []rueidis.RedisResult {
 		return setIfVersionScript.ExecMulti(ctx, t.client, execs...)
 	})
 	var errs []error
@@ -265,11 +260,7 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 	for i, r := range results {
 		n, err := r.AsInt64()
 		if err != nil {
-			if errors.Is(err, holdfast.ErrBypassed) {
-				c.setBypassed.add(1)
-			} else {
-				c.setErrors.add(1)
-			}
+			t.countSetFailure(err)
 			errs = append(errs, fmt.Errorf("redis tier set %q (copy %d): %w", it.Key, i, err))
 			continue
 		}
@@ -278,31 +269,6 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 		}
 	}
 	return stored, errors.Join(errs...)
-}
-
-// coordinateMulti is coordinate for a pipeline of n commands.
-func (t *Tier) coordinateMulti(ctx context.Context, n int, call func(ctx context.Context) []rueidis.RedisResult) []rueidis.RedisResult {
-	gen, err := t.begin(ctx)
-	if err != nil {
-		return errorResults(n, err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
-	defer cancel()
-	var results []rueidis.RedisResult
-	if t.guarded() {
-		results = guard(cctx, t, func() []rueidis.RedisResult { return call(cctx) }, func(err error) []rueidis.RedisResult { return errorResults(n, err) })
-	} else {
-		results = call(cctx)
-	}
-	var first error
-	for _, r := range results {
-		if err := r.Error(); err != nil {
-			first = err
-			break
-		}
-	}
-	t.end(ctx, gen, first)
-	return results
 }
 
 // invalidateCopies deletes the copies of the keys whose versions were just
