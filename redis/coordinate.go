@@ -42,7 +42,7 @@ var (
 	// KEYS: value, version. ARGV: expected version, value, TTL in ms, and
 	// "copy" for a hot key's copy (smear.go), whose version may be lower
 	// than the key's but never higher.
-	setIfVersionScript = rueidis.NewLuaScript(`
+	setIfVersionScript = newScript(`
 local v = redis.call('GET', KEYS[2]) or '0'
 if ARGV[4] == 'copy' then
   if tonumber(v) > tonumber(ARGV[1]) then return 0 end
@@ -52,13 +52,13 @@ end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1`)
 	// KEYS: value, version. ARGV: version TTL in ms.
-	invalidateScript = rueidis.NewLuaScript(`
+	invalidateScript = newScript(`
 redis.call('DEL', KEYS[1])
 local v = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return v`)
 	// KEYS: lease. ARGV: token.
-	releaseScript = rueidis.NewLuaScript(`
+	releaseScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 )
@@ -76,48 +76,10 @@ func sibling(full, suffix string) (string, error) {
 	return "{" + full + "}" + suffix, nil
 }
 
-// coordinate runs one call under the breaker with a deadline, guarded as
-// reads are while Redis is suspect.
-func (t *Tier) coordinate(ctx context.Context, timeout time.Duration, call func(ctx context.Context) rueidis.RedisResult) rueidis.RedisResult {
-	return t.coordinateMulti(ctx, timeout, 1, func(ctx context.Context) []rueidis.RedisResult {
-		return []rueidis.RedisResult{call(ctx)}
-	})[0]
-}
-
-// coordinateMulti is coordinate for a pipeline of n commands; its first
-// error is what the breaker hears.
-func (t *Tier) coordinateMulti(ctx context.Context, timeout time.Duration, n int, call func(ctx context.Context) []rueidis.RedisResult) []rueidis.RedisResult {
-	gen, err := t.begin(ctx)
-	if err != nil {
-		return errorResults(n, err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var results []rueidis.RedisResult
-	if t.guarded() {
-		results = guard(cctx, t, func() []rueidis.RedisResult { return call(cctx) }, func(err error) []rueidis.RedisResult { return errorResults(n, err) })
-	} else {
-		results = call(cctx)
-	}
-	var first error
-	for _, r := range results {
-		if err := r.Error(); err != nil {
-			first = err
-			break
-		}
-	}
-	t.end(ctx, gen, first)
-	return results
-}
-
-// countSetFailure counts a failed write: skipped by the open breaker, or
-// failed.
+// countSetFailure counts a failed write: skipped by the open breaker or
+// an ejected primary, or failed.
 func (t *Tier) countSetFailure(err error) {
-	if errors.Is(err, holdfast.ErrBypassed) {
-		t.stats.setBypassed.add(1)
-	} else {
-		t.stats.setErrors.add(1)
-	}
+	countFailure(err, &t.stats.setErrors, &t.stats.setBypassed, 1)
 }
 
 // Version implements holdfast.Coordinator.
@@ -130,9 +92,7 @@ func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("redis tier version %q: %w", key, err)
 	}
-	res := t.coordinate(ctx, t.opts.ReadBudget, func(ctx context.Context) rueidis.RedisResult {
-		return t.client.Do(ctx, t.client.B().Get().Key(vk).Build())
-	})
+	res := t.one(ctx, t.opts.ReadBudget, plainCommand(vk, func(b rueidis.Builder) rueidis.Completed { return b.Get().Key(vk).Build() }))
 	s, err := res.ToString()
 	switch {
 	case rueidis.IsRedisNil(err):
@@ -161,10 +121,7 @@ func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint6
 		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
 	}
 	ms := strconv.FormatInt(pxMillis(it.TTL), 10)
-	args := []string{strconv.FormatUint(version, 10), string(it.Value), ms}
-	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
-		return setIfVersionScript.Exec(ctx, t.client, []string{full, vk}, args)
-	})
+	res := t.one(ctx, t.opts.WriteTimeout, setIfVersionScript.call([]string{full, vk}, strconv.FormatUint(version, 10), string(it.Value), ms))
 	n, err := res.AsInt64()
 	if err != nil {
 		t.countSetFailure(err)
@@ -181,7 +138,7 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	c := &t.stats
 	c.deletes.add(len(keys))
 	var errs []error
-	execs := make([]rueidis.LuaExec, 0, len(keys))
+	cmds := make([]command, 0, len(keys))
 	names := make([]string, 0, len(keys))
 	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
 	for _, k := range keys {
@@ -195,55 +152,32 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", k, err))
 			continue
 		}
-		execs = append(execs, rueidis.LuaExec{Keys: []string{full, vk}, Args: []string{ttl}})
+		cmds = append(cmds, invalidateScript.call([]string{full, vk}, ttl))
 		names = append(names, k)
 	}
-	if len(execs) == 0 {
+	if len(cmds) == 0 {
 		return errors.Join(errs...)
 	}
-	gen, err := t.begin(ctx)
+	results, err := t.toPrimaries(ctx, t.opts.WriteTimeout, cmds)
 	if err != nil {
-		if errors.Is(err, holdfast.ErrBypassed) {
-			c.delBypassed.add(len(execs))
-		} else {
-			c.deleteErrors.add(len(execs))
-		}
-		return errors.Join(append(errs, fmt.Errorf("redis tier invalidate %d keys: %w", len(execs), err))...)
+		countFailure(err, &c.deleteErrors, &c.delBypassed, len(cmds))
+		return errors.Join(append(errs, fmt.Errorf("redis tier invalidate %d keys: %w", len(cmds), err))...)
 	}
-	wctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
-	defer cancel()
-	send := func() []rueidis.RedisResult { return invalidateScript.ExecMulti(wctx, t.client, execs...) }
-	var results []rueidis.RedisResult
-	if t.guarded() {
-		results = guard(wctx, t, send, func(err error) []rueidis.RedisResult { return errorResults(len(execs), err) })
-	} else {
-		results = send()
-	}
-	var firstErr error
 	var bumped, bumpedNames []string
 	var vers []int64
 	for i, r := range results {
 		v, err := r.AsInt64()
 		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			c.deleteErrors.add(1)
+			countFailure(err, &c.deleteErrors, &c.delBypassed, 1)
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", names[i], err))
 			continue
 		}
-		bumped, bumpedNames, vers = append(bumped, execs[i].Keys[0]), append(bumpedNames, names[i]), append(vers, v)
+		bumped, bumpedNames, vers = append(bumped, cmds[i].key), append(bumpedNames, names[i]), append(vers, v)
 	}
 	// The copies of every key whose version was raised; a key that failed
 	// is returned as failed, its invalidation is repeated whole, and its
 	// copies wait for that.
-	if cerrs := t.invalidateCopies(wctx, bumped, bumpedNames, vers); len(cerrs) > 0 {
-		errs = append(errs, cerrs...)
-		if firstErr == nil {
-			firstErr = errors.Unwrap(cerrs[0])
-		}
-	}
-	t.end(ctx, gen, firstErr)
+	errs = append(errs, t.invalidateCopies(ctx, bumped, bumpedNames, vers)...)
 	return errors.Join(errs...)
 }
 
@@ -258,9 +192,9 @@ func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 		return false, fmt.Errorf("redis tier lease %q: %w", key, err)
 	}
 	ms := pxMillis(ttl)
-	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
-		return t.client.Do(ctx, t.client.B().Set().Key(lk).Value(token).Nx().PxMilliseconds(ms).Build())
-	})
+	res := t.one(ctx, t.opts.WriteTimeout, plainCommand(lk, func(b rueidis.Builder) rueidis.Completed {
+		return b.Set().Key(lk).Value(token).Nx().PxMilliseconds(ms).Build()
+	}))
 	err = res.Error()
 	switch {
 	case err == nil:
@@ -281,9 +215,7 @@ func (t *Tier) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return fmt.Errorf("redis tier release %q: %w", key, err)
 	}
-	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
-		return releaseScript.Exec(ctx, t.client, []string{lk}, []string{token})
-	})
+	res := t.one(ctx, t.opts.WriteTimeout, releaseScript.call([]string{lk}, token))
 	if err := res.Error(); err != nil {
 		return fmt.Errorf("redis tier release %q: %w", key, err)
 	}

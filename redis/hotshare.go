@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/holdfast-dev/holdfast"
 )
 
@@ -25,7 +23,7 @@ var _ holdfast.HotSharer = (*Tier)(nil)
 const maxSharedHot = 1024
 
 // KEYS: the set. ARGV: TTL in ms, limit, cap, then the keys.
-var shareHotScript = rueidis.NewLuaScript(`
+var shareHotScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -46,9 +44,7 @@ func (t *Tier) ShareHot(ctx context.Context, set string, keys []string, ttl time
 	args := make([]string, 0, 3+len(keys))
 	args = append(args, strconv.FormatInt(pxMillis(ttl), 10), strconv.Itoa(max(1, limit)), strconv.Itoa(maxSharedHot))
 	args = append(args, keys...)
-	res := t.coordinate(ctx, t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
-		return shareHotScript.Exec(ctx, t.client, []string{name}, args)
-	})
+	res := t.one(ctx, t.opts.WriteTimeout, shareHotScript.call([]string{name}, args...))
 	got, err := res.AsStrSlice()
 	if err != nil {
 		return nil, fmt.Errorf("redis tier share hot keys of %q: %w", set, err)

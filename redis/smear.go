@@ -43,7 +43,7 @@ var _ holdfast.Smearer = (*Tier)(nil)
 
 // invalidateCopyScript deletes a copy and raises its version.
 // KEYS: copy, its version. ARGV: the key's new version, version TTL in ms.
-var invalidateCopyScript = rueidis.NewLuaScript(`
+var invalidateCopyScript = newScript(`
 redis.call('DEL', KEYS[1])
 local v = tonumber(redis.call('GET', KEYS[2]) or '0')
 if v < tonumber(ARGV[1]) then
@@ -208,14 +208,11 @@ func (t *Tier) fill(copy, value string, ver uint64) {
 	if _, busy := t.filling.LoadOrStore(copy, struct{}{}); busy {
 		return
 	}
-	args := []string{strconv.FormatUint(ver, 10), value, strconv.FormatInt(pxMillis(t.opts.Cluster.HotCopyTTL), 10), "copy"}
+	cmd := setIfVersionScript.call([]string{copy, copy + ":v"}, strconv.FormatUint(ver, 10), value, strconv.FormatInt(pxMillis(t.opts.Cluster.HotCopyTTL), 10), "copy")
 	started := t.goOwned(func() {
 		defer t.filling.Delete(copy)
 		t.stats.copyFills.add(1)
-		res := t.coordinate(context.Background(), t.opts.WriteTimeout, func(ctx context.Context) rueidis.RedisResult {
-			return setIfVersionScript.Exec(ctx, t.client, []string{copy, copy + ":v"}, args)
-		})
-		if err := res.Error(); err != nil {
+		if err := t.one(context.Background(), t.opts.WriteTimeout, cmd).Error(); err != nil {
 			t.countSetFailure(err)
 		}
 	})
@@ -247,14 +244,16 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 	ver := strconv.FormatUint(version, 10)
 	val := string(it.Value)
 	ms := strconv.FormatInt(pxMillis(it.TTL), 10)
-	execs := make([]rueidis.LuaExec, 0, 1+len(copies))
-	execs = append(execs, rueidis.LuaExec{Keys: []string{full, vk}, Args: []string{ver, val, ms}})
+	cmds := make([]command, 0, 1+len(copies))
+	cmds = append(cmds, setIfVersionScript.call([]string{full, vk}, ver, val, ms))
 	for _, k := range copies {
-		execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + ":v"}, Args: []string{ver, val, ms, "copy"}})
+		cmds = append(cmds, setIfVersionScript.call([]string{k, k + ":v"}, ver, val, ms, "copy"))
 	}
-	results := t.coordinateMulti(ctx, t.opts.WriteTimeout, len(execs), func(ctx context.Context) []rueidis.RedisResult {
-		return setIfVersionScript.ExecMulti(ctx, t.client, execs...)
-	})
+	results, err := t.toPrimaries(ctx, t.opts.WriteTimeout, cmds)
+	if err != nil {
+		countFailure(err, &c.setErrors, &c.setBypassed, len(cmds))
+		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
+	}
 	var errs []error
 	stored := false
 	for i, r := range results {
@@ -275,31 +274,28 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 // raised to vers (full keys; names for errors), under the current and the
 // previous slot map, and raises the copies' versions to match.
 func (t *Tier) invalidateCopies(ctx context.Context, full, names []string, vers []int64) []error {
-	var execs []rueidis.LuaExec
+	var cmds []command
 	var owner []int
 	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
 	for i, f := range full {
 		for _, k := range t.copiesOf(f, true) {
-			execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + ":v"}, Args: []string{strconv.FormatInt(vers[i], 10), ttl}})
+			cmds = append(cmds, invalidateCopyScript.call([]string{k, k + ":v"}, strconv.FormatInt(vers[i], 10), ttl))
 			owner = append(owner, i)
 		}
 	}
-	if len(execs) == 0 {
+	if len(cmds) == 0 {
 		return nil
 	}
 	c := &t.stats
-	c.copyDeletes.add(len(execs))
-	var errs []error
-	send := func() []rueidis.RedisResult { return invalidateCopyScript.ExecMulti(ctx, t.client, execs...) }
-	var results []rueidis.RedisResult
-	if t.guarded() {
-		results = guard(ctx, t, send, func(err error) []rueidis.RedisResult { return errorResults(len(execs), err) })
-	} else {
-		results = send()
+	c.copyDeletes.add(len(cmds))
+	results, err := t.toPrimaries(ctx, t.opts.WriteTimeout, cmds)
+	if err != nil {
+		results = errorResults(len(cmds), err)
 	}
+	var errs []error
 	for j, r := range results {
 		if err := r.Error(); err != nil {
-			c.deleteErrors.add(1)
+			countFailure(err, &c.deleteErrors, &c.delBypassed, 1)
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: a copy: %w", names[owner[j]], err))
 		}
 	}

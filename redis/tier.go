@@ -208,15 +208,19 @@ func (t *Tier) begin(ctx context.Context) (uint64, error) {
 // from Redis (nil for success, a miss included); ctx is the caller's context.
 func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 	o := outcome(ctx, err)
+	if o == breaker.Failure {
+		t.markSuspect()
+	}
+	t.settle(gen, o)
+}
+
+// settle reports o to the breaker; a success SuspectFor after the last
+// failure ends the suspicion.
+func (t *Tier) settle(gen uint64, o breaker.Outcome) {
 	t.br.Done(gen, o)
-	switch {
-	case o == breaker.Failure:
-		t.lastBad.Store(t.opts.Clock().UnixNano())
-		t.suspect.Store(true)
-	case o == breaker.Success && t.suspect.Load():
-		if time.Duration(t.opts.Clock().UnixNano()-t.lastBad.Load()) > suspectFor {
-			t.suspect.Store(false)
-		}
+	if o == breaker.Success && t.suspect.Load() &&
+		time.Duration(t.opts.Clock().UnixNano()-t.lastBad.Load()) > suspectFor {
+		t.suspect.Store(false)
 	}
 }
 
@@ -267,9 +271,10 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 		// own budget shows up as DeadlineExceeded and does count.
 		return breaker.Ignore
 	}
-	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-		// Redis answered; the key holds something else (another writer's
-		// data). That is a problem of the key, not of the server.
+	if re, ok := rueidis.IsRedisErr(err); ok && (strings.HasPrefix(re.Error(), "WRONGTYPE") || re.IsTryAgain()) {
+		// Redis answered: the key holds something else (another writer's
+		// data), or its slot is half migrated. That is a problem of the
+		// key, not of the server.
 		return breaker.Success
 	}
 	return breaker.Failure
@@ -452,9 +457,10 @@ func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, e
 	rctx, cancel := context.WithTimeout(ctx, t.opts.ReadBudget)
 	var results []rueidis.RedisResult
 	var bypassed []bool
+	var perKey [][]rueidis.RedisMessage // groups answered key by key (nodeMGet)
 	var nodeOutcome breaker.Outcome
 	if t.nodes != nil {
-		results, bypassed, nodeOutcome = t.nodeMGet(rctx, groups)
+		results, perKey, bypassed, nodeOutcome = t.nodeMGet(rctx, groups)
 	} else if cmds := t.mgets(groups); t.guarded() {
 		results = guard(rctx, t, func() []rueidis.RedisResult { return t.client.DoMulti(rctx, cmds...) },
 			func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
@@ -467,6 +473,9 @@ func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, e
 	failed := 0
 	for gi, g := range groups {
 		arr, err := results[gi].ToArray()
+		if perKey != nil && perKey[gi] != nil {
+			arr, err = perKey[gi], nil
+		}
 		if err == nil && len(arr) != len(g.keys) {
 			err = fmt.Errorf("MGET of %d keys answered %d values", len(g.keys), len(arr))
 		}
@@ -536,9 +545,8 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 	c := &t.stats
 	c.sets.add(len(items))
 	var errs []error
-	cmds := make(rueidis.Commands, 0, len(items))
+	cmds := make([]command, 0, len(items))
 	keys := make([]string, 0, len(items))
-	var slots []uint16 // with per-node health only
 	for _, it := range items {
 		full, err := t.checkItem(it)
 		if err != nil {
@@ -549,16 +557,16 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 		// string(it.Value) copies: the command may still be queued for
 		// writing after Set returns on timeout, and the caller may reuse
 		// its buffer by then.
-		cmds = append(cmds, t.client.B().Set().Key(full).Value(string(it.Value)).PxMilliseconds(ms).Build())
+		value := string(it.Value)
+		cmds = append(cmds, plainCommand(full, func(b rueidis.Builder) rueidis.Completed {
+			return b.Set().Key(full).Value(value).PxMilliseconds(ms).Build()
+		}))
 		keys = append(keys, it.Key)
-		if t.nodes != nil {
-			slots = append(slots, slot(full))
-		}
 	}
 	if len(cmds) == 0 {
 		return errors.Join(errs...)
 	}
-	err := t.write(ctx, cmds, keys, nil, slots, "set", &c.setErrors, &c.setBypassed)
+	err := t.write(ctx, cmds, labels{op: "set", names: keys, failed: &c.setErrors, skipped: &c.setBypassed})
 	return errors.Join(append(errs, err)...)
 }
 
@@ -615,138 +623,208 @@ func (t *Tier) Delete(ctx context.Context, keys ...string) error {
 	if len(groups) == 0 {
 		return errors.Join(errs...)
 	}
-	cmds := make(rueidis.Commands, len(groups))
+	cmds := make([]command, len(groups))
 	names := make([]string, len(groups))
 	weights := make([]int, len(groups))
-	var slots []uint16 // with per-node health only
 	for gi, g := range groups {
-		cmds[gi] = t.client.B().Del().Key(g.keys...).Build()
+		cmds[gi] = plainCommand(g.keys[0], func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(g.keys...).Build() })
 		names[gi] = strings.Join(g.keys, " ")
 		weights[gi] = len(g.keys)
-		if t.nodes != nil {
-			slots = append(slots, slot(g.keys[0]))
-		}
 	}
-	err := t.write(ctx, cmds, names, weights, slots, "delete", &c.deleteErrors, &c.delBypassed)
+	err := t.write(ctx, cmds, labels{op: "delete", names: names, weights: weights, failed: &c.deleteErrors, skipped: &c.delBypassed})
 	return errors.Join(append(errs, err)...)
 }
 
-// write sends write commands under WriteTimeout through the breaker. names
-// label the commands in errors; weights (nil: 1 each) are the keys each
-// command carries, which errCount and bypassCount count when it fails or is
-// skipped. slots (nil without per-node health) are the commands' hash
-// slots: a command whose primary is ejected is skipped as bypassed, and
-// each result is reported to its primary's health.
-func (t *Tier) write(ctx context.Context, cmds rueidis.Commands, names []string, weights []int, slots []uint16, op string, errCount, bypassCount *counter) error {
-	weight := func(i int) int {
-		if weights == nil {
-			return 1
-		}
-		return weights[i]
+// labels name a write's commands in errors and count the keys each carries
+// when it fails or is skipped.
+type labels struct {
+	op      string   // "set", "delete", ... in errors
+	names   []string // one per command
+	weights []int    // keys per command; nil: 1 each
+	failed  *counter
+	skipped *counter // skipped by the open breaker or an ejected primary
+}
+
+func (l labels) weight(i int) int {
+	if l.weights == nil {
+		return 1
 	}
-	gen, err := t.begin(ctx)
+	return l.weights[i]
+}
+
+// write sends cmds (see toPrimaries) under WriteTimeout and returns the
+// failed commands' errors, joined, counting each with l.
+func (t *Tier) write(ctx context.Context, cmds []command, l labels) error {
+	results, err := t.toPrimaries(ctx, t.opts.WriteTimeout, cmds)
 	if err != nil {
 		n := 0
 		for i := range cmds {
-			n += weight(i)
+			n += l.weight(i)
 		}
-		if errors.Is(err, holdfast.ErrBypassed) {
-			bypassCount.add(n)
-		} else {
-			errCount.add(n)
-		}
-		return fmt.Errorf("redis tier %s %d keys: %w", op, len(cmds), err)
+		countFailure(err, l.failed, l.skipped, n)
+		return fmt.Errorf("redis tier %s %d keys: %w", l.op, len(cmds), err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
-	defer cancel()
-	var owners []*node
-	var skip []bool
 	var errs []error
-	toSend := cmds
-	if slots != nil {
-		owners, skip = t.nodes.writeOwners(slots)
-		toSend = make(rueidis.Commands, 0, len(cmds))
-		for i, cmd := range cmds {
-			if skip[i] {
-				bypassCount.add(weight(i))
-				errs = append(errs, fmt.Errorf("redis tier %s %q: primary %s ejected: %w", op, names[i], owners[i].addr, holdfast.ErrBypassed))
-				continue
-			}
-			toSend = append(toSend, cmd)
+	for i, r := range results {
+		if err := r.Error(); err != nil {
+			countFailure(err, l.failed, l.skipped, l.weight(i))
+			errs = append(errs, fmt.Errorf("redis tier %s %q: %w", l.op, l.names[i], err))
 		}
-		if len(toSend) == 0 {
-			t.br.Done(gen, breaker.Ignore)
-			return errors.Join(errs...)
-		}
-	}
-	send := func() []rueidis.RedisResult {
-		if len(toSend) == 1 {
-			return []rueidis.RedisResult{t.client.Do(wctx, toSend[0])}
-		}
-		return t.client.DoMulti(wctx, toSend...)
-	}
-	var results []rueidis.RedisResult
-	if t.guarded() {
-		results = guard(wctx, t, send, func(err error) []rueidis.RedisResult { return errorResults(len(toSend), err) })
-	} else {
-		results = send()
-	}
-	var firstErr error
-	o := breaker.Ignore
-	// One outcome per primary per call: a pipeline that timed out on a
-	// node is one failure of that node, not one per command.
-	var nodeErr map[*node]error
-	if owners != nil {
-		nodeErr = make(map[*node]error)
-	}
-	j := 0
-	for i := range cmds {
-		if skip != nil && skip[i] {
-			continue
-		}
-		err := results[j].Error()
-		j++
-		if p := owners; p != nil && p[i] != nil {
-			p[i].requests.add(1)
-			if prev, seen := nodeErr[p[i]]; !seen || prev == nil {
-				nodeErr[p[i]] = err
-			}
-		}
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			errCount.add(weight(i))
-			errs = append(errs, fmt.Errorf("redis tier %s %q: %w", op, names[i], err))
-		}
-	}
-	for n, err := range nodeErr {
-		o = worse(o, t.nodeOutcome(ctx, n, err))
-	}
-	if owners == nil {
-		t.end(ctx, gen, firstErr)
-	} else {
-		t.br.Done(gen, worse(o, t.nodeOutcome(ctx, nil, unownedErr(owners, skip, results))))
 	}
 	return errors.Join(errs...)
 }
 
-// unownedErr returns the first error among write results whose slot had no
-// primary in the map (their health is the tier's alone).
-func unownedErr(owners []*node, skip []bool, results []rueidis.RedisResult) error {
-	j := 0
-	for i := range owners {
-		if skip[i] {
-			continue
-		}
-		if owners[i] == nil {
-			if err := results[j].Error(); err != nil {
-				return err
+// countFailure counts n keys of a command that failed with err: skipped
+// (an error wrapping holdfast.ErrBypassed: nothing was sent) or failed.
+func countFailure(err error, failed, skipped *counter, n int) {
+	if errors.Is(err, holdfast.ErrBypassed) {
+		skipped.add(n)
+	} else {
+		failed.add(n)
+	}
+}
+
+// toPrimaries is the one way a command reaches its slot's primary: writes,
+// scripts, leases and version reads all go through it. It sends cmds
+// through the breaker with a deadline of timeout, pipelined (see send for
+// scripts and TRYAGAIN), and returns one result per command. err is set,
+// and nothing sent, when the breaker or the tier refuses the whole call.
+//
+// With per-node health each command is attributed to its slot's primary in
+// the map: a command whose primary is ejected is not sent and fails with an
+// error wrapping holdfast.ErrBypassed; the rest go in one pipeline per
+// primary, concurrently, so that a frozen primary costs the others
+// nothing; and each primary's outcome goes to its health, which counts
+// for the tier's breaker only when the node cannot be ejected. Without it
+// (a standalone server, or Cluster.Disabled), the first failure goes to the
+// tier's breaker.
+//
+// While Redis is suspect (guarded) or when the call spans primaries, each
+// pipeline runs on a goroutine the Tier owns and the caller leaves at the
+// deadline whatever rueidis does.
+func (t *Tier) toPrimaries(ctx context.Context, timeout time.Duration, cmds []command) ([]rueidis.RedisResult, error) {
+	gen, err := t.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	results := make([]rueidis.RedisResult, len(cmds))
+	batches := t.byPrimary(cmds, results)
+	if len(batches) == 0 {
+		t.settle(gen, breaker.Ignore) // every primary ejected: nothing sent
+		return results, nil
+	}
+	if len(batches) == 1 && !t.guarded() {
+		batches[0].ch <- send(cctx, t.client, batches[0].cmds)
+	} else {
+		for _, b := range batches {
+			if !t.goOwned(func() { b.ch <- send(cctx, t.client, b.cmds) }) {
+				b.ch <- errorResults(len(b.cmds), errClosed)
 			}
 		}
-		j++
 	}
-	return nil
+	o := breaker.Ignore
+	var first error // without per-node health
+	for _, b := range batches {
+		var rs []rueidis.RedisResult
+		select {
+		case rs = <-b.ch:
+		case <-cctx.Done():
+			rs = errorResults(len(b.cmds), cctx.Err())
+		}
+		for j, i := range b.idx {
+			results[i] = rs[j]
+		}
+		// One outcome per primary per call: a pipeline that timed out on
+		// a node is one failure of that node, not one per command.
+		err := worstErr(ctx, rs)
+		if t.nodes == nil {
+			first = err
+			continue
+		}
+		if b.n != nil {
+			b.n.requests.add(len(b.cmds))
+		}
+		o = worse(o, t.nodeOutcome(ctx, b.n, err))
+	}
+	if t.nodes == nil {
+		t.end(ctx, gen, first)
+	} else {
+		t.settle(gen, o)
+	}
+	return results, nil
+}
+
+// primaryBatch is the commands of one toPrimaries call that go to one
+// primary.
+type primaryBatch struct {
+	n    *node // nil: no per-node health, or a slot the map lacks
+	idx  []int // positions in the call
+	cmds []command
+	ch   chan []rueidis.RedisResult
+}
+
+// byPrimary splits cmds into one batch per primary, setting the results of
+// commands whose primary is ejected, which are not sent.
+func (t *Tier) byPrimary(cmds []command, results []rueidis.RedisResult) []*primaryBatch {
+	if t.nodes == nil {
+		b := &primaryBatch{idx: make([]int, len(cmds)), cmds: cmds, ch: make(chan []rueidis.RedisResult, 1)}
+		for i := range b.idx {
+			b.idx[i] = i
+		}
+		return []*primaryBatch{b}
+	}
+	slots := make([]uint16, len(cmds))
+	for i, c := range cmds {
+		slots[i] = slot(c.key)
+	}
+	owners, skip := t.nodes.writeOwners(slots)
+	var batches []*primaryBatch
+	byNode := map[*node]*primaryBatch{}
+	for i, c := range cmds {
+		if skip[i] {
+			results[i] = rueidis.NewErrorResult(fmt.Errorf("primary %s ejected: %w", owners[i].addr, holdfast.ErrBypassed))
+			continue
+		}
+		b := byNode[owners[i]]
+		if b == nil {
+			b = &primaryBatch{n: owners[i], ch: make(chan []rueidis.RedisResult, 1)}
+			byNode[owners[i]] = b
+			batches = append(batches, b)
+		}
+		b.idx = append(b.idx, i)
+		b.cmds = append(b.cmds, c)
+	}
+	return batches
+}
+
+// worstErr is the error among rs that says the most against the node:
+// the first that counts as a failure, else the first that is ignored (the
+// caller cancelled), else nil.
+func worstErr(ctx context.Context, rs []rueidis.RedisResult) error {
+	var ignored error
+	for _, r := range rs {
+		err := r.Error()
+		switch outcome(ctx, err) {
+		case breaker.Failure:
+			return err
+		case breaker.Ignore:
+			if ignored == nil {
+				ignored = err
+			}
+		}
+	}
+	return ignored
+}
+
+// one sends cmd through toPrimaries with timeout.
+func (t *Tier) one(ctx context.Context, timeout time.Duration, cmd command) rueidis.RedisResult {
+	rs, err := t.toPrimaries(ctx, timeout, []command{cmd})
+	if err != nil {
+		return rueidis.NewErrorResult(err)
+	}
+	return rs[0]
 }
 
 // Close closes the connections, which stops rueidis's goroutines and makes
