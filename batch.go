@@ -3,7 +3,6 @@ package holdfast
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"sync"
 )
 
@@ -101,6 +100,8 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 const maxConcurrentVersionReads = 32
 
 func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoader) {
+	// The lookups are bounded by LoadTimeout (and by the tier's own
+	// budgets); the loader and the write get a LoadTimeout of their own.
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
 	defer cancel()
 	outs := make([]outcome, len(keys))
@@ -181,7 +182,7 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 		}
 		wg.Wait()
 	}
-	if !n.acquire(ctx) {
+	if !n.acquire(ctx, false) {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
 		for _, i := range toLoad {
 			res, err := n.failed(flights[i], keys[i], fallbacks[i], fmt.Errorf("holdfast: %s: load of %q: %w", n.name, keys[i], ErrOverloaded))
@@ -194,26 +195,27 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 		loadKeys[j] = keys[i]
 	}
 	n.ctr.add(evLoad, uint64(len(toLoad)))
+	lctx, lcancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer lcancel()
 	start := n.c.clock.Now()
-	vals, err := callBatchLoader(ctx, loader, loadKeys)
-	cost := n.c.clock.Now().Sub(start)
-	n.release()
-	n.observe(cost, err)
+	vals, err := callBounded(n.c, lctx, func(ctx context.Context) (map[string][]byte, error) { return loader.LoadMany(ctx, loadKeys) }, n.release)
+	lo := n.loadOutcome(lctx, start, err)
 	var writes []Item
 	var vers []version
 	var writers []*flight
 	for _, i := range toLoad {
-		var val []byte
-		var kerr error
-		if err != nil {
-			kerr = err
-		} else if v, ok := vals[keys[i]]; ok {
-			val = v
-		} else {
-			kerr = ErrNotFound
+		klo := lo
+		klo.ver = versions[i]
+		if lo.err == nil {
+			v, ok := vals[keys[i]]
+			if ok {
+				klo.val = v
+			} else {
+				klo.err = ErrNotFound
+			}
 		}
 		var w *Item
-		outs[i], w = n.loaded(flights[i], keys[i], val, kerr, start, cost, fallbacks[i])
+		outs[i], w = n.loaded(flights[i], keys[i], klo, fallbacks[i])
 		if w != nil {
 			writes = append(writes, *w)
 			vers = append(vers, versions[i])
@@ -223,7 +225,7 @@ func (n *Namespace) runBatch(keys []string, flights []*flight, loader BatchLoade
 	// One pipelined write for the batch; each flight's store lock is held
 	// until it is done, so an invalidation cannot slip in between.
 	if len(writes) > 0 {
-		n.writeShared(ctx, writes, vers)
+		n.writeShared(writes, vers)
 	}
 	for _, f := range writers {
 		f.endStore()
@@ -247,15 +249,11 @@ func (n *Namespace) decodeLookup(key string, l Lookup) (meta, tierStatus) {
 		n.ctr.inc(evSharedMiss)
 		return meta{}, tierMiss
 	}
+	if n.recent.supersedes(key, m.origin, n.now(), n.supersedeWindow()) {
+		n.ctr.inc(evSuperseded)
+		n.ctr.inc(evSharedMiss)
+		return meta{}, tierMiss
+	}
 	n.ctr.inc(evSharedHit)
 	return m, tierHit
-}
-
-func callBatchLoader(ctx context.Context, loader BatchLoader, keys []string) (vals map[string][]byte, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return loader.LoadMany(ctx, keys)
 }

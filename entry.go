@@ -114,6 +114,11 @@ type meta struct {
 	hard     int64
 	costUsec uint32
 	negative bool
+	// ver is the key's version (Coordinator.Version) plus one when this
+	// process loaded the value having read that version first; 0 when it is
+	// not known (a value read from the shared tier). It never leaves the
+	// process.
+	ver uint64
 }
 
 func (m *meta) entry() Entry {

@@ -130,3 +130,61 @@ func (n *Namespace) replayPending(ctx context.Context) {
 	n.ctr.add(evReplayedDeletes, uint64(len(keys)))
 	n.c.logger().Info("holdfast: replayed invalidations", "namespace", n.name, "keys", len(keys))
 }
+
+// recentInvalidations remembers when this process invalidated each key, so
+// that a shared-tier value loaded before that moment reads as a miss here:
+// read-your-invalidations holds in the invalidating process even when a
+// Redis node answers from data that never saw the invalidation (a demoted
+// primary after a failover, a write lost in a takeover). Entries last the
+// namespace's TTL plus StaleIfError, after which such a value is past every
+// window it could be served in; at most maxRecentInvalidations are kept,
+// the oldest forgotten first.
+type recentInvalidations struct {
+	n     atomic.Int64 // entries in at; read without the lock on the read path
+	at    sync.Map     // key -> int64, Unix nanoseconds of the invalidation
+	mu    sync.Mutex   // orders queue and the deletes from at
+	queue []invalidated
+}
+
+type invalidated struct {
+	key string
+	at  int64
+}
+
+const maxRecentInvalidations = 1 << 16
+
+// add records that key was invalidated at at, and forgets entries older
+// than window (or past the bound).
+func (r *recentInvalidations) add(key string, at, window int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, loaded := r.at.Swap(key, at); !loaded {
+		r.n.Add(1)
+	}
+	r.queue = append(r.queue, invalidated{key, at})
+	drop := 0
+	for drop < len(r.queue) && (len(r.queue)-drop > maxRecentInvalidations || r.queue[drop].at < at-window) {
+		old := r.queue[drop]
+		if r.at.CompareAndDelete(old.key, old.at) {
+			r.n.Add(-1)
+		}
+		drop++
+	}
+	if drop > 0 {
+		r.queue = append(r.queue[:0:0], r.queue[drop:]...)
+	}
+}
+
+// supersedes reports whether a value of key loaded at origin predates this
+// process's invalidation of key within window of now.
+func (r *recentInvalidations) supersedes(key string, origin, now, window int64) bool {
+	if r.n.Load() == 0 {
+		return false
+	}
+	v, ok := r.at.Load(key)
+	if !ok {
+		return false
+	}
+	at := v.(int64)
+	return origin < at && now-at < window
+}

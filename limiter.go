@@ -22,10 +22,23 @@ func newLimiter(n int, wait time.Duration) *limiter {
 }
 
 // acquire takes a slot, waiting at most l.wait (and never past ctx), and
-// reports whether it got one. A nil limiter always admits.
-func (l *limiter) acquire(ctx context.Context) bool {
+// reports whether it got one. A nil limiter always admits. A refresh never
+// waits and never takes the last quarter of the slots (rounded down), which
+// are kept for loads whose readers have nothing else to be served.
+func (l *limiter) acquire(ctx context.Context, refresh bool) bool {
 	if l == nil {
 		return true
+	}
+	if refresh {
+		if cap(l.slots)-len(l.slots) <= cap(l.slots)/4 {
+			return false
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return true
+		default:
+			return false
+		}
 	}
 	select {
 	case l.slots <- struct{}{}:

@@ -52,6 +52,8 @@ type Stats struct {
 	ErrorBackoffs     uint64 // reads served stale without a load because the key's last load failed within LoadErrorBackoff
 	SmearedReads      uint64 // shared-tier reads of hot keys sent to one of their copies (Smearer)
 	SmearedWrites     uint64 // shared-tier writes of hot keys to all their copies (Smearer)
+	Superseded        uint64 // shared-tier values loaded before this process's own later invalidation of their key, read as misses (a node that missed the invalidation, as after a failover)
+	LoadTimeouts      uint64 // loads whose loader had not returned at LoadTimeout; their readers were answered then
 	SharedHotKeys     uint64 // keys in the hot set shared by every process, as last fetched (a gauge; Hot.Share)
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // bytes now in the hot tier (a gauge)
@@ -93,6 +95,8 @@ const (
 	evErrorBackoff
 	evSmearedRead
 	evSmearedWrite
+	evSuperseded
+	evLoadTimeout
 	numEvents
 )
 
@@ -180,5 +184,7 @@ func (c *counters) snapshot() Stats {
 		ErrorBackoffs:    c.sum(evErrorBackoff),
 		SmearedReads:     c.sum(evSmearedRead),
 		SmearedWrites:    c.sum(evSmearedWrite),
+		Superseded:       c.sum(evSuperseded),
+		LoadTimeouts:     c.sum(evLoadTimeout),
 	}
 }

@@ -2,13 +2,10 @@ package holdfast
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +27,7 @@ type Namespace struct {
 	limit   *limiter // this namespace's own cap, or nil
 	ctr     *counters
 	pending pendingDeletes
+	recent  recentInvalidations
 	coord   Coordinator      // the shared tier, when it coordinates processes
 	hotKeys *hotkey.Detector // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
 	smear   Smearer          // the shared tier, when it smears hot keys
@@ -288,8 +286,9 @@ const (
 
 // lookupState is what a flight's lookup leaves for its load.
 type lookupState struct {
-	status   tierStatus // the shared tier's answer
-	fallback *meta      // a value that stale-if-error may still serve
+	status    tierStatus // the shared tier's answer
+	fallback  *meta      // a value that stale-if-error may still serve
+	refreshOf int64      // for a background refresh, the origin of the value it replaces
 }
 
 // lookup is the first half of a flight: the hot tier again, then the shared
@@ -307,23 +306,22 @@ func (n *Namespace) lookup(ctx context.Context, f *flight, key string, refreshOf
 		m, status = n.sharedGet(ctx, key)
 	}
 	out, done, fallback := n.afterShared(f, key, &m, status, now, refreshOf)
-	return out, done, lookupState{status, fallback}
+	return out, done, lookupState{status, fallback, refreshOf}
 }
 
-// load is the second half of a flight, on a context detached from the
-// callers and bounded by the load timeout: the key's version, a lease if the
-// namespace takes them, the limiter, the loader, and the stores.
+// load is the second half of a flight: the key's version, a lease if the
+// namespace takes them, the limiter, the loader (bounded by LoadTimeout
+// whatever it does with its context), and the stores. It runs detached from
+// the callers.
 func (n *Namespace) load(f *flight, key string, loader Loader, st lookupState) (Result, error) {
-	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
-	defer cancel()
-	ver := n.readVersion(ctx, key, st.status)
+	ver := n.readVersion(n.c.ctx, key, st.status)
 	if n.p.Lease.Enabled && n.coord != nil && st.status == tierMiss && !f.published {
-		out, done, token := n.leaseOrWait(ctx, f, key)
+		out, done, l := n.leaseOrWait(f, key, ver)
 		if done {
 			return out.res, out.err
 		}
-		if token != "" {
-			defer n.releaseLease(key, token)
+		if l != nil {
+			defer n.releaseLease(l)
 		}
 	}
 	// The loader failed for this key moments ago: while a stale value may
@@ -336,22 +334,43 @@ func (n *Namespace) load(f *flight, key string, loader Loader, st lookupState) (
 			return res, nil
 		}
 	}
-	if !n.acquire(ctx) {
+	if !n.acquire(n.c.ctx, f.published || st.refreshOf != 0) {
 		n.ctr.inc(evRejected)
 		return n.failed(f, key, st.fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, ErrOverloaded))
 	}
 	n.ctr.inc(evLoad)
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
 	start := n.c.clock.Now()
-	val, err := callLoader(ctx, loader, key)
-	cost := n.c.clock.Now().Sub(start)
-	n.release()
-	n.observe(cost, err)
-	out, write := n.loaded(f, key, val, err, start, cost, st.fallback)
+	val, err := callBounded(n.c, ctx, func(ctx context.Context) ([]byte, error) { return loader.Load(ctx, key) }, n.release)
+	lo := n.loadOutcome(ctx, start, err)
+	lo.val, lo.ver = val, ver
+	out, write := n.loaded(f, key, lo, st.fallback)
 	if write != nil {
-		n.writeShared(ctx, []Item{*write}, []version{ver})
+		n.writeShared([]Item{*write}, []version{ver})
 		f.endStore()
 	}
 	return out.res, out.err
+}
+
+// loadOutcome is what a loader call left: its error (a LoadTimeout that
+// passed named as such), when it began and how long it took, observed.
+func (n *Namespace) loadOutcome(ctx context.Context, start time.Time, err error) loadResult {
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		err = loadTimedOut(n.p.LoadTimeout)
+	}
+	cost := n.c.clock.Now().Sub(start)
+	n.observe(cost, err)
+	return loadResult{err: err, start: start, cost: cost}
+}
+
+// loadResult is one key's answer from a loader call.
+type loadResult struct {
+	val   []byte
+	err   error
+	start time.Time     // when the call began: the value's origin
+	cost  time.Duration // how long it took
+	ver   version       // the key's version read before the call
 }
 
 // recheckHot checks the hot tier again inside a flight: a flight that ended
@@ -445,7 +464,8 @@ func (n *Namespace) countTierError(err error, ev event) {
 // f.endStore. Readers do not wait for that write, which may be slow or
 // failing (seed 000: a Redis failure during the put must neither fail the
 // read nor run the loader again).
-func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start time.Time, cost time.Duration, fallback *meta) (out outcome, write *Item) {
+func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta) (out outcome, write *Item) {
+	val, err, start, cost := lo.val, lo.err, lo.start, lo.cost
 	var m meta
 	switch {
 	case err == nil:
@@ -456,11 +476,17 @@ func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start t
 			return outcome{Result{Value: val, Source: SourceLoaded, origin: t, soft: t, hard: t}, nil}, nil
 		}
 		m = n.newEntry(val, start.UnixNano(), cost, false)
+		if lo.ver.known {
+			m.ver = lo.ver.v + 1
+		}
 	case isNotFound(err):
 		n.ctr.inc(evLoadNotFound)
 		m = n.newEntry(nil, start.UnixNano(), cost, true)
 	default:
 		n.ctr.inc(evLoadError)
+		if errors.Is(err, context.DeadlineExceeded) {
+			n.ctr.inc(evLoadTimeout)
+		}
 		if n.backoff != nil {
 			n.backoff.Set(key, struct{}{}, int64(len(key))+entryOverhead, n.now()+int64(n.p.LoadErrorBackoff))
 		}
@@ -503,7 +529,12 @@ func (n *Namespace) loaded(f *flight, key string, val []byte, err error, start t
 // written only if its key's version is still the one read before the load;
 // an item whose version could not be read is not written at all, since it
 // might overwrite an invalidation.
-func (n *Namespace) writeShared(ctx context.Context, items []Item, vers []version) {
+//
+// The write gets a LoadTimeout of its own, whatever the load took, on top
+// of the tier's own bound (the Redis tier's WriteTimeout).
+func (n *Namespace) writeShared(items []Item, vers []version) {
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
 	if n.coord == nil {
 		if err := n.c.opts.Shared.Set(ctx, items...); err != nil {
 			for range items {
@@ -559,73 +590,6 @@ func (n *Namespace) readVersion(ctx context.Context, key string, status tierStat
 	return version{v, true}
 }
 
-// leaseOrWait takes key's lease or, while another process holds it, waits
-// for that process to store the value, polling the shared tier. done means
-// the value arrived; otherwise the caller loads, holding the lease when
-// token is not empty. A waiting process takes the lease as soon as it is
-// free, so a holder that died stalls the key for at most the lease TTL plus
-// one load.
-func (n *Namespace) leaseOrWait(ctx context.Context, f *flight, key string) (out outcome, done bool, token string) {
-	qkey := n.prefix + key
-	token = newLeaseToken()
-	// A dead holder's lease expires after Lease.TTL; the waiter that takes
-	// it then loads, for up to LoadTimeout, while the rest keep waiting for
-	// its value. Past both, every waiter loads for itself.
-	deadline := time.Now().Add(n.p.Lease.TTL + n.p.LoadTimeout + n.p.Lease.Poll)
-	poll := time.NewTimer(0)
-	defer poll.Stop()
-	<-poll.C
-	for waited := false; ; waited = true {
-		got, err := n.coord.Lease(ctx, qkey, token, n.p.Lease.TTL)
-		if err != nil {
-			// The tier is failing: leases are skipped, the load goes on.
-			n.countTierError(err, evSharedError)
-			return outcome{}, false, ""
-		}
-		if got {
-			n.ctr.inc(evLeaseTaken)
-			return outcome{}, false, token
-		}
-		if !waited {
-			n.ctr.inc(evLeaseWaits)
-		}
-		if time.Now().After(deadline) {
-			n.ctr.inc(evLeaseGaveUp)
-			return outcome{}, false, ""
-		}
-		poll.Reset(n.p.Lease.Poll)
-		select {
-		case <-poll.C:
-		case <-ctx.Done():
-			return outcome{}, false, ""
-		}
-		m, status := n.sharedGet(ctx, key)
-		now := n.now()
-		switch {
-		case status == tierDown:
-			return outcome{}, false, ""
-		case status == tierHit && now < m.hard:
-			n.storeLocal(f, key, &m, now)
-			res, err := n.served(&m, SourceShared)
-			return outcome{res, err}, true, ""
-		}
-	}
-}
-
-func (n *Namespace) releaseLease(key, token string) {
-	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
-	defer cancel()
-	if err := n.coord.Release(ctx, n.prefix+key, token); err != nil {
-		n.countTierError(err, evSharedDelError)
-	}
-}
-
-func newLeaseToken() string {
-	var b [16]byte
-	crand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // failed answers a read whose load failed or was rejected: with the newest
 // stale value still allowed, else with err.
 //
@@ -669,11 +633,16 @@ func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) 
 	return res, true
 }
 
-func (n *Namespace) acquire(ctx context.Context) bool {
-	if !n.limit.acquire(ctx) {
+// acquire takes a load slot from the namespace's limiter and the Cache's.
+// A refresh (its readers already have a value) takes one only while more
+// than a quarter of each limiter's slots are free: refreshes must not take
+// the slots of readers who have nothing to serve, as they did while a slow
+// database held every slot with refreshes.
+func (n *Namespace) acquire(ctx context.Context, refresh bool) bool {
+	if !n.limit.acquire(ctx, refresh) {
 		return false
 	}
-	if !n.c.limit.acquire(ctx) {
+	if !n.c.limit.acquire(ctx, refresh) {
 		n.limit.release()
 		return false
 	}
@@ -704,17 +673,6 @@ func (n *Namespace) observe(d time.Duration, err error) {
 		outcome = "error"
 	}
 	rec.ObserveLoad(n.name, d, outcome)
-}
-
-// callLoader runs the loader, turning a panic into a *PanicError so that
-// every waiter gets an error and the process lives on.
-func callLoader(ctx context.Context, loader Loader, key string) (val []byte, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return loader.Load(ctx, key)
 }
 
 // newEntry builds the envelope for a freshly loaded value.
@@ -804,6 +762,9 @@ func (n *Namespace) Invalidate(ctx context.Context, key string) error {
 		return err
 	}
 	n.ctr.inc(evInvalidation)
+	if n.c.opts.Shared != nil {
+		n.recent.add(key, n.c.clock.Now().UnixNano(), n.supersedeWindow())
+	}
 	// Flights in progress may hold a value read from the source before the
 	// caller's write: they must not store it anywhere.
 	n.flights.invalidate(key)
@@ -831,6 +792,11 @@ func (n *Namespace) Invalidate(ctx context.Context, key string) error {
 	}
 	return err
 }
+
+// supersedeWindow is how long an invalidation makes older shared-tier
+// values of its key read as misses in this process: past it, such a value
+// is past its hard time and stale-if-error window.
+func (n *Namespace) supersedeWindow() int64 { return int64(n.p.TTL + n.p.StaleIfError) }
 
 // deleteShared removes qualified keys from the shared tier, bumping their
 // versions when the tier is a Coordinator.

@@ -189,7 +189,10 @@ type LeasePolicy struct {
 	// Enabled turns leases on. Default off.
 	Enabled bool
 	// TTL is how long a lease lasts if its holder never releases it (a
-	// process killed mid-load). Default LoadTimeout + 1 s.
+	// process killed mid-load, a release that could not reach the tier),
+	// and about the longest a waiting process waits before it loads for
+	// itself. A holder's load ends within LoadTimeout whatever its loader
+	// does, so a longer lease would only stall its key. Default LoadTimeout.
 	TTL time.Duration
 	// Poll is how often a process waiting for another's load reads the
 	// shared tier (and tries to take an expired lease). Default 10 ms.
@@ -300,7 +303,7 @@ func (p Policy) withDefaults() (Policy, error) {
 		bad("Lease.TTL %v or Lease.Poll %v is negative", p.Lease.TTL, p.Lease.Poll)
 	}
 	if p.Lease.TTL == 0 {
-		p.Lease.TTL = p.LoadTimeout + time.Second
+		p.Lease.TTL = p.LoadTimeout
 	}
 	if p.Lease.Poll == 0 {
 		p.Lease.Poll = 10 * time.Millisecond

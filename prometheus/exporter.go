@@ -85,6 +85,8 @@ var metrics = []metric{
 	counter("lease_gave_up_total", "Lease waits that ran out and loaded instead.", func(s holdfast.Stats) uint64 { return s.LeaseGaveUp }),
 	counter("smeared_reads_total", "Shared-tier reads of hot keys sent to one of their copies on another node.", func(s holdfast.Stats) uint64 { return s.SmearedReads }),
 	counter("smeared_writes_total", "Shared-tier writes of hot keys to every one of their copies.", func(s holdfast.Stats) uint64 { return s.SmearedWrites }),
+	counter("superseded_reads_total", "Shared-tier values older than this process's own invalidation of their key, read as misses.", func(s holdfast.Stats) uint64 { return s.Superseded }),
+	counter("load_timeouts_total", "Loads whose loader had not returned at LoadTimeout; their readers were answered then.", func(s holdfast.Stats) uint64 { return s.LoadTimeouts }),
 	counter("error_backoffs_total", "Reads served stale without a load because the key's last load failed moments ago.", func(s holdfast.Stats) uint64 { return s.ErrorBackoffs }),
 	gauge("shared_hot_keys", "Keys in the hot set shared by every process, as last fetched (Policy.Hot.Share).", func(s holdfast.Stats) uint64 { return s.SharedHotKeys }),
 	gauge("hot_entries", "Entries in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotEntries }),

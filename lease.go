@@ -1,0 +1,160 @@
+package holdfast
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Leases coalesce one key's loads across processes (Policy.Lease): on a
+// shared-tier miss a process takes the key's lease before it loads, and the
+// others wait for the value it stores instead of loading too (the lease
+// tokens of Facebook's memcache, NSDI 2013).
+//
+// A lease must never stall its key longer than its holder can legitimately
+// hold it, and a holder holds it for one load at most: its loader call is
+// bounded by LoadTimeout whatever the loader does. So
+//   - a waiter waits at most about Lease.TTL, then loads for itself with a whole
+//     LoadTimeout of its own (never with a context the wait used up);
+//   - a waiter that holds the key's current value (loaded here under the
+//     version the key still has, so no invalidation superseded it) serves
+//     it at once and waits in the background;
+//   - a release that fails, or that an ejected node or open breaker skips,
+//     is retried until it lands or the lease has expired anyway, and a Lease
+//     call that failed is released too, since the SET may have run on the
+//     server before the reply was lost.
+
+// lease is a lease this process holds, or may hold.
+type lease struct {
+	key     string // unqualified
+	token   string
+	expires time.Time // by the Cache's clock: when Redis drops it anyway
+}
+
+// leaseOrWait takes key's lease or, while another process holds it, waits
+// for that process to store the value, polling the shared tier. done means
+// the flight has its answer; otherwise the caller loads, holding l when it
+// is not nil.
+func (n *Namespace) leaseOrWait(f *flight, key string, ver version) (out outcome, done bool, l *lease) {
+	qkey := n.prefix + key
+	token := newLeaseToken()
+	// Two polls past the lease's TTL: a holder's lease has expired by then,
+	// and a waiter gets to take it rather than load beside the next holder.
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.Lease.TTL+2*n.p.Lease.Poll)
+	defer cancel()
+	poll := time.NewTimer(n.p.Lease.Poll)
+	defer poll.Stop()
+	for waited := false; ; waited = true {
+		taken := n.c.clock.Now()
+		got, err := n.coord.Lease(ctx, qkey, token, n.p.Lease.TTL)
+		if err != nil {
+			n.countTierError(err, evSharedError)
+			if !errors.Is(err, ErrBypassed) {
+				// The SET may have run and only its reply been lost: give
+				// back whatever this token may hold.
+				n.releaseLease(&lease{key, token, taken.Add(n.p.Lease.TTL)})
+			}
+			// The tier is failing: leases are skipped, the load goes on.
+			return outcome{}, false, nil
+		}
+		if got {
+			n.ctr.inc(evLeaseTaken)
+			return outcome{}, false, &lease{key, token, taken.Add(n.p.Lease.TTL)}
+		}
+		if !waited {
+			n.ctr.inc(evLeaseWaits)
+			n.serveHeldCurrent(f, key, ver)
+		}
+		poll.Reset(n.p.Lease.Poll)
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			// Longer than a lease can be held: its holder died, or lost
+			// its release; load.
+			n.ctr.inc(evLeaseGaveUp)
+			return outcome{}, false, nil
+		}
+		m, status := n.sharedGet(ctx, key)
+		now := n.now()
+		switch {
+		case status == tierDown:
+			return outcome{}, false, nil
+		case status == tierHit && now < m.hard:
+			n.storeLocal(f, key, &m, now)
+			res, err := n.served(&m, SourceShared)
+			return outcome{res, err}, true, nil
+		}
+	}
+}
+
+// serveHeldCurrent answers the flight's readers at once, while it waits for
+// another process's load, with the value this process holds for key if no
+// invalidation has superseded it: one this process loaded after reading
+// the key's version ver, still within its hard time. The flight goes on
+// waiting (or loading) as that value's refresh.
+func (n *Namespace) serveHeldCurrent(f *flight, key string, ver version) {
+	if n.lkg == nil || !ver.known {
+		return
+	}
+	now := n.now()
+	m := n.lkg.Get(key, now)
+	if m == nil || m.negative || m.ver != ver.v+1 || now >= m.hard {
+		return
+	}
+	src := SourceLocal
+	if now >= m.soft {
+		src = SourceStale
+		n.ctr.inc(evStaleServed)
+	} else {
+		n.ctr.inc(evLocalServed)
+	}
+	res, _ := n.served(m, src)
+	f.publish(res, nil)
+}
+
+// releaseRetryEvery is how often a release that did not land is retried.
+const releaseRetryEvery = 50 * time.Millisecond
+
+// releaseLease gives l up. A release that fails, or is skipped by the tier
+// (an ejected node, an open breaker), is retried on a goroutine of the
+// Cache's every releaseRetryEvery until it lands, l has expired anyway, or
+// the Cache closes: a lease left behind would stall its key in every
+// process until it expires.
+func (n *Namespace) releaseLease(l *lease) {
+	if n.tryRelease(l) {
+		return
+	}
+	n.c.goOwned(func() {
+		t := time.NewTicker(releaseRetryEvery)
+		defer t.Stop()
+		for n.c.clock.Now().Before(l.expires) {
+			select {
+			case <-n.c.ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n.tryRelease(l) {
+				return
+			}
+		}
+	})
+}
+
+// tryRelease sends one release of l and reports whether it landed.
+func (n *Namespace) tryRelease(l *lease) bool {
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
+	if err := n.coord.Release(ctx, n.prefix+l.key, l.token); err != nil {
+		n.countTierError(err, evSharedDelError)
+		return false
+	}
+	return true
+}
+
+func newLeaseToken() string {
+	var b [16]byte
+	crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

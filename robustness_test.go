@@ -1,0 +1,310 @@
+package holdfast_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/inmem"
+)
+
+// golang.org/x/sync/singleflight's TestGoexitDo case: a loader that ends its
+// goroutine with runtime.Goexit (as t.FailNow does from a loader) must not
+// leave its key stuck: its readers get an error at once and the next read
+// loads.
+func TestLoaderGoexitFreesTheKey(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: 10 * time.Second})
+	exit := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		runtime.Goexit()
+		return nil, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const readers = 8
+	var wg sync.WaitGroup
+	errs := make([]error, readers)
+	start := time.Now()
+	for i := range readers {
+		wg.Go(func() { _, errs[i] = ns.Get(ctx, "k", exit) })
+	}
+	wg.Wait()
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Fatalf("readers waited %v for a loader that called Goexit", waited)
+	}
+	for i, err := range errs {
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("reader %d: err = %v, want the loader's exit as an error", i, err)
+		}
+	}
+	res, err := ns.Get(ctx, "k", &countingLoader{})
+	if err != nil || string(res.Value) != "v1:k" || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("next read: %q, %v, %v; want a fresh load", res.Value, res.Source, err)
+	}
+}
+
+// A loader that ignores its context does not hold its readers past
+// LoadTimeout: they are answered (an error naming the timeout, or a stale
+// value) when it passes, and the late value is not stored.
+func TestLoaderIgnoringItsContextAnsweredAtLoadTimeout(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	const loadTimeout = 200 * time.Millisecond
+	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout})
+	release := make(chan struct{})
+	var calls atomic.Int64
+	stubborn := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		calls.Add(1)
+		<-release // ignores ctx
+		return []byte("late"), nil
+	})
+	const readers = 20
+	var wg sync.WaitGroup
+	waits := make([]time.Duration, readers)
+	errs := make([]error, readers)
+	for i := range readers {
+		wg.Go(func() {
+			start := time.Now()
+			_, errs[i] = ns.Get(context.Background(), "k", stubborn)
+			waits[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	var worst time.Duration
+	for i := range readers {
+		if !errors.Is(errs[i], context.DeadlineExceeded) {
+			t.Fatalf("reader %d: err = %v, want a load timeout", i, errs[i])
+		}
+		worst = max(worst, waits[i])
+	}
+	t.Logf("slowest of %d readers answered after %v (LoadTimeout %v)", readers, worst, loadTimeout)
+	// The answer comes at LoadTimeout; the margin is for a busy machine.
+	if worst > loadTimeout+150*time.Millisecond {
+		t.Fatalf("a reader waited %v, LoadTimeout is %v", worst, loadTimeout)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1", calls.Load())
+	}
+	close(release)
+	eventually(t, "the late loader to return", func() bool { return ns.Stats().LoadTimeouts == 1 })
+	if _, ok := shared.Raw("product:k"); ok {
+		t.Fatal("the late value was stored")
+	}
+	res, err := ns.Get(context.Background(), "k", &countingLoader{})
+	if err != nil || string(res.Value) != "v1:k" {
+		t.Fatalf("next read: %q, %v; want a fresh load", res.Value, err)
+	}
+}
+
+// While a slow source holds load slots with background refreshes (their
+// readers were served stale values), a reader with nothing to be served
+// still gets a slot.
+func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 4})
+	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 50 * time.Millisecond, TTL: time.Hour})
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		mustGet(t, ns, k, &countingLoader{})
+	}
+	time.Sleep(60 * time.Millisecond) // past soft: the next reads refresh
+	gate := make(chan struct{})
+	defer close(gate)
+	slow := &countingLoader{gate: gate}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		res, err := ns.Get(context.Background(), k, slow)
+		if err != nil || res.Source != holdfast.SourceStale {
+			t.Fatalf("%s: %v, %v; want the stale value while it refreshes", k, res.Source, err)
+		}
+	}
+	eventually(t, "the refreshes to hold their slots", func() bool { return slow.calls.Load() == 3 })
+	res, err := ns.Get(context.Background(), "cold", &countingLoader{})
+	if err != nil || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("cold read: %v, %v; want it loaded in the slot refreshes leave free", res.Source, err)
+	}
+	if got := ns.Stats().Rejected; got != 3 {
+		t.Fatalf("rejected = %d, want the 3 refreshes that found only the reserved slot", got)
+	}
+}
+
+// An orphaned lease (its holder's release never arrived) stalls a waiter
+// for about Lease.TTL at most, and the waiter's own load then gets a whole
+// LoadTimeout, never a context the wait used up.
+func TestLeaseWaitBoundedAndLoaderGetsItsOwnTimeout(t *testing.T) {
+	shared := inmem.New(nil)
+	if ok, _ := shared.Lease(context.Background(), "product:k", "orphan", 5*time.Second); !ok {
+		t.Fatal("setup: lease")
+	}
+	c := newCache(t, holdfast.Options{Shared: shared})
+	const leaseTTL, loadTimeout = 300 * time.Millisecond, 2 * time.Second
+	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout, Lease: holdfast.LeasePolicy{Enabled: true, TTL: leaseTTL}})
+	var left time.Duration
+	l := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		d, _ := ctx.Deadline()
+		left = time.Until(d)
+		return []byte("v"), nil
+	})
+	start := time.Now()
+	res, err := ns.Get(context.Background(), "k", l)
+	waited := time.Since(start)
+	if err != nil || string(res.Value) != "v" {
+		t.Fatalf("got %q, %v", res.Value, err)
+	}
+	if waited < leaseTTL || waited > leaseTTL+time.Second {
+		t.Fatalf("waited %v under a 5 s orphan with Lease.TTL %v", waited, leaseTTL)
+	}
+	if left < loadTimeout-500*time.Millisecond {
+		t.Fatalf("the loader had %v left of its %v LoadTimeout", left, loadTimeout)
+	}
+	if s := ns.Stats(); s.LeaseGaveUp != 1 {
+		t.Fatalf("stats %+v: want one wait given up", s)
+	}
+}
+
+// A waiter that holds the key's current value (loaded here, no
+// invalidation since) serves it at once instead of waiting for another
+// process's lease; one whose value was invalidated waits.
+func TestLeaseWaiterServesHeldCurrentValue(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	p := holdfast.Policy{StaleIfError: time.Minute, Lease: holdfast.LeasePolicy{Enabled: true, TTL: 400 * time.Millisecond}}
+	ns := newNS(t, c, "product", p)
+	mustGet(t, ns, "k", &countingLoader{})
+	// The shared copy is evicted (no invalidation) and another process
+	// holds the lease.
+	if err := shared.Delete(context.Background(), "product:k"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := shared.Lease(context.Background(), "product:k", "other", time.Second); !ok {
+		t.Fatal("setup: lease")
+	}
+	start := time.Now()
+	res, err := ns.Get(context.Background(), "k", &countingLoader{})
+	if err != nil || string(res.Value) != "v1:k" || res.Source != holdfast.SourceLocal {
+		t.Fatalf("got %q from %v, %v; want the held value v1:k, local", res.Value, res.Source, err)
+	}
+	if waited := time.Since(start); waited > 200*time.Millisecond {
+		t.Fatalf("waited %v with the current value in hand", waited)
+	}
+	settle(t, ns, "k")
+
+	// Invalidated by another process: the held value is no longer current.
+	other := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", p)
+	if err := other.Invalidate(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first lease to expire and a second to be taken", func() bool {
+		ok, _ := shared.Lease(context.Background(), "product:k", "other2", 300*time.Millisecond)
+		return ok
+	})
+	res, err = ns.Get(context.Background(), "k", &countingLoader{})
+	if err != nil || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("after an invalidation: %q from %v, %v; want a load, not the held value", res.Value, res.Source, err)
+	}
+}
+
+// leaseFaults wraps an inmem tier: Lease takes the lease and then reports
+// an error (a reply lost after the SET ran), and Release fails its first
+// failReleases calls.
+type leaseFaults struct {
+	*inmem.Tier
+	loseLeaseReply bool
+	failReleases   atomic.Int64
+}
+
+func (l *leaseFaults) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	got, err := l.Tier.Lease(ctx, key, token, ttl)
+	if l.loseLeaseReply && err == nil {
+		return false, errors.New("connection reset after the command was sent")
+	}
+	return got, err
+}
+
+func (l *leaseFaults) Release(ctx context.Context, key, token string) error {
+	if l.failReleases.Add(-1) >= 0 {
+		return errors.New("injected release failure")
+	}
+	return l.Tier.Release(ctx, key, token)
+}
+
+func TestLeaseWithALostReplyIsReleased(t *testing.T) {
+	shared := &leaseFaults{Tier: inmem.New(nil), loseLeaseReply: true}
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, TTL: time.Minute}})
+	mustGet(t, ns, "k", &countingLoader{})
+	if ok, err := shared.Tier.Lease(context.Background(), "product:k", "next", time.Second); !ok || err != nil {
+		t.Fatalf("the lease set by a call whose reply was lost is still held (%v, %v)", ok, err)
+	}
+}
+
+func TestFailedReleaseIsRetried(t *testing.T) {
+	shared := &leaseFaults{Tier: inmem.New(nil)}
+	shared.failReleases.Store(3)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, TTL: time.Minute}})
+	mustGet(t, ns, "k", &countingLoader{})
+	eventually(t, "the release to land", func() bool {
+		ok, _ := shared.Tier.Lease(context.Background(), "product:k", "next", time.Second)
+		return ok
+	})
+	if got := shared.Calls().Releases; got != 1 {
+		t.Fatalf("releases that reached the tier = %d, want 1 after 3 failures", got)
+	}
+}
+
+// Read-your-invalidations: after this process invalidated a key, a shared
+// value loaded before that (a node that never saw the invalidation answers
+// with it, as a demoted primary does after a failover) reads as a miss here.
+func TestOwnInvalidationSupersedesAnOlderSharedValue(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	mustGet(t, ns, "k", &countingLoader{})
+	old, ok := shared.Raw("product:k")
+	if !ok {
+		t.Fatal("setup: nothing stored")
+	}
+	if err := ns.Invalidate(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	shared.Put("product:k", old, time.Minute) // the old value comes back
+	l := &countingLoader{}
+	l.calls.Store(1)
+	res := mustGet(t, ns, "k", l)
+	if string(res.Value) != "v2:k" || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("got %q from %v; want v2:k loaded, never the value from before the invalidation", res.Value, res.Source)
+	}
+	if s := ns.Stats(); s.Superseded != 1 {
+		t.Fatalf("superseded = %d, want 1", s.Superseded)
+	}
+	// Another process, which did not invalidate, cannot tell: it serves
+	// what the tier holds (bounded by the value's own times).
+	shared.Put("product:k", old, time.Minute)
+	other := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", holdfast.Policy{})
+	if res := mustGet(t, other, "k", &countingLoader{}); string(res.Value) != "v1:k" {
+		t.Fatalf("other process: %q", res.Value)
+	}
+}
+
+// A decision, tested: stale-if-error serves the last value this process
+// knew even if another process invalidated it meanwhile, when fresh data
+// cannot be had — the load failed, or the limiter refused it to protect the
+// source. The window is the namespace's own statement of what it tolerates;
+// this process cannot tell "changed" from "evicted" without the source.
+func TestStaleIfErrorMayServeAValueInvalidatedElsewhere(t *testing.T) {
+	shared := inmem.New(nil)
+	p := holdfast.Policy{StaleIfError: time.Minute}
+	a := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", p)
+	b := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", p)
+	mustGet(t, b, "k", &countingLoader{})
+	if err := a.Invalidate(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Get(context.Background(), "k", &countingLoader{err: errors.New("db down")})
+	if err != nil || string(res.Value) != "v1:k" || !res.Stale() {
+		t.Fatalf("load failed: %q from %v, %v; want the last value, stale", res.Value, res.Source, err)
+	}
+}
