@@ -20,13 +20,15 @@ import (
 // K's Cluster hash slot so that one Lua script can touch K and its version
 // atomically: for a key without a hash tag the siblings are "{K}:v" and
 // "{K}:lease" (whose tag is K itself); for a key with a tag, K+":v" and
-// K+":lease" keep the tag.
+// K+":lease" keep the tag. A hot key's registry of copies, "{K}:c" or
+// K+":c", is a third sibling (smear.go).
 //
 // The guarantee, for a caller that invalidates a key after the source of
 // truth changed: once Invalidate has returned nil, no value read from the
 // source before the invalidation is stored in Redis afterwards, by any
 // process, because every write is SetIfVersion with the version read before
-// the source was, and the invalidation bumped it. Processes' own in-memory
+// the source was, and the invalidation bumped it; nor does any copy of the
+// key read before it survive it (smear.go). Processes' own in-memory
 // copies are outside Redis; the Cache bounds them by the hot tier's TTL
 // (never past a value's soft time) in other processes and drops them at once
 // in the invalidating one.
@@ -51,12 +53,21 @@ elseif v ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1`)
-	// KEYS: value, version. ARGV: version TTL in ms.
+	// KEYS: value, version, registry of copies. ARGV: version TTL in ms.
+	// Returns the new version, the registry's remaining TTL in ms and the
+	// copies it held; it deletes the registry, whose copies the caller
+	// invalidates next (smear.go).
 	invalidateScript = newScript(`
 redis.call('DEL', KEYS[1])
 local v = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
-return v`)
+local copies = redis.call('SMEMBERS', KEYS[3])
+local ttl = 0
+if #copies > 0 then
+  ttl = redis.call('PTTL', KEYS[3])
+  redis.call('DEL', KEYS[3])
+end
+return {v, ttl, copies}`)
 	// KEYS: lease. ARGV: token.
 	releaseScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -143,16 +154,17 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
 	for _, k := range keys {
 		full, err := t.fullKey(k)
-		var vk string
+		var vk, rk string
 		if err == nil {
 			vk, err = sibling(full, ":v")
+			rk, _ = sibling(full, registrySuffix) // as vk
 		}
 		if err != nil {
 			c.deleteErrors.add(1)
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", k, err))
 			continue
 		}
-		cmds = append(cmds, invalidateScript.call([]string{full, vk}, ttl))
+		cmds = append(cmds, invalidateScript.call([]string{full, vk, rk}, ttl))
 		names = append(names, k)
 	}
 	if len(cmds) == 0 {
@@ -163,22 +175,42 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 		countFailure(err, &c.deleteErrors, &c.delBypassed, len(cmds))
 		return errors.Join(append(errs, fmt.Errorf("redis tier invalidate %d keys: %w", len(cmds), err))...)
 	}
-	var bumped, bumpedNames []string
-	var vers []int64
+	var smeared []registry
 	for i, r := range results {
-		v, err := r.AsInt64()
+		reg, err := invalidated(r)
 		if err != nil {
 			countFailure(err, &c.deleteErrors, &c.delBypassed, 1)
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", names[i], err))
 			continue
 		}
-		bumped, bumpedNames, vers = append(bumped, cmds[i].key), append(bumpedNames, names[i]), append(vers, v)
+		if len(reg.copies) > 0 {
+			reg.name, reg.vk, reg.key = names[i], cmds[i].keys[1], cmds[i].keys[2]
+			smeared = append(smeared, reg)
+		}
 	}
-	// The copies of every key whose version was raised; a key that failed
-	// is returned as failed, its invalidation is repeated whole, and its
-	// copies wait for that.
-	errs = append(errs, t.invalidateCopies(ctx, bumped, bumpedNames, vers)...)
+	// Only keys that had copies cost a second round trip. A key whose own
+	// invalidation failed is returned as failed and its invalidation is
+	// repeated whole: its registry, untouched, still names its copies.
+	errs = append(errs, t.invalidateCopies(ctx, smeared)...)
 	return errors.Join(errs...)
+}
+
+// invalidated parses invalidateScript's reply.
+func invalidated(r rueidis.RedisResult) (registry, error) {
+	arr, err := r.ToArray()
+	if err == nil && len(arr) != 3 {
+		err = fmt.Errorf("invalidation answered %d values, want 3", len(arr))
+	}
+	if err != nil {
+		return registry{}, err
+	}
+	var reg registry
+	if reg.ver, err = arr[0].AsInt64(); err == nil {
+		if reg.ttl, err = arr[1].AsInt64(); err == nil {
+			reg.copies, err = arr[2].AsStrSlice()
+		}
+	}
+	return reg, err
 }
 
 // Lease implements holdfast.Coordinator with SET NX PX.

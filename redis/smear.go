@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -17,27 +18,37 @@ import (
 //
 // A key lives in one hash slot, so on one primary: a key every process reads
 // thousands of times a second makes that primary (and its replicas) the
-// cluster's bottleneck while the others idle (seed 004). The Cache tells the
-// Tier which keys are hot; the Tier keeps ClusterOptions.HotCopies copies of
-// each, the key itself included, every one on a different primary, and a read
-// goes to one of them at random.
+// cluster's bottleneck while the others idle. The Cache tells the Tier which
+// keys are hot; the Tier keeps ClusterOptions.HotCopies copies of each, the
+// key itself included, every one on a different primary, and a read goes to
+// one of them at random.
 //
 // Copy keys are "{<tag>#<s>}<key>", where tag is a hash of the key and s the
 // smallest suffixes whose slots fall on primaries that hold neither the key
-// nor another copy. A random suffix (seed 004's) can land two copies on one
-// node; choosing from the slot map cannot. The choice depends only on which
-// slots share a primary, so every process makes the same one, and it follows
-// the map when slots move (the previous map's copies are invalidated too).
+// nor another copy. A random suffix can land two copies on one node;
+// choosing from the slot map cannot. The choice depends only on which slots
+// share a primary, so processes with the same map make the same one, and it
+// follows the map when slots move.
 //
-// Each copy has its own version key in its slot, like the key's. A copy is
-// written only if its version is at most the version of the key read before
-// the load, and Invalidate, after bumping the key's version to v, deletes
-// every copy and raises each copy's version to at least v. So a value read
-// from the source before an invalidation never lands in a copy after it
-// (the stale-set guard, extended to copies: see coordinate.go), and a copy
-// cannot outlive an invalidation that returned nil, whether or not any
-// process still thinks the key hot. Invalidate therefore costs a second
-// round trip, to the copies' primaries, for every key.
+// Processes' maps differ while slots move, so a copy's name is not something
+// an invalidator can work out: every copy name is registered, before the copy
+// is written, in a set beside the key (its registry, "{<key>}:c", in the
+// key's slot), by a script that checks that the key's version is still the
+// version read before the load; the registry lives at least as long as any
+// copy it names. Each copy also has its own version key in its slot, like
+// the key's, and is written only if its version is at most that same
+// version. Invalidate's script deletes the key, bumps its version to v and
+// takes (returns and deletes) the registry, atomically; the invalidator then
+// deletes every copy it named and raises each copy's version to at least v.
+// So, whatever each process's map: a copy registered before the
+// invalidation is deleted by it, or finds its version raised and is not
+// written; a copy whose registration comes after it finds the key's version
+// changed and is neither registered nor written. A value read from the
+// source before an invalidation therefore never lands in a copy after it
+// (the stale-set guard, extended to copies: see coordinate.go), and no copy
+// outlives an invalidation that returned nil, whether or not any process
+// still thinks the key hot. Keys that were never smeared have an empty
+// registry, and their Invalidate costs no second round trip.
 
 var _ holdfast.Smearer = (*Tier)(nil)
 
@@ -52,6 +63,50 @@ else
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 return 1`)
+
+// registrySuffix names a key's registry of copies: sibling(full,
+// registrySuffix).
+const registrySuffix = ":c"
+
+// registrySlack is how much longer than the copies it names a registry
+// lives: a copy is written after its registration, within a write's
+// timeout, so its TTL starts a little later.
+const registrySlack = time.Minute
+
+// registerScript registers copy names in a key's registry if the key's
+// version is still the one read before the load (an empty expected version
+// registers unconditionally), and then, for SetSmearedIfVersion, sets the
+// key itself. KEYS: version, registry[, value]. ARGV: expected version,
+// registry TTL in ms, the number n of names, the n names[, value, its TTL
+// in ms]. Returns 1 if it registered (and set), 0 if the version changed.
+var registerScript = newScript(`
+if ARGV[1] ~= '' and (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return 0 end
+local n = tonumber(ARGV[3])
+if n > 0 then
+  redis.call('SADD', KEYS[2], unpack(ARGV, 4, 3 + n))
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+end
+if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4 + n], 'PX', ARGV[5 + n]) end
+return 1`)
+
+// register is the registerScript call that registers names under reg (a
+// key's registry, beside its version vk) for copies living ttl, if the
+// key's version is ver ("": whatever it is).
+func register(vk, reg, ver string, ttl time.Duration, names []string) command {
+	args := make([]string, 0, 3+len(names)+2)
+	args = append(args, ver, strconv.FormatInt(pxMillis(ttl+registrySlack), 10), strconv.Itoa(len(names)))
+	return registerScript.call([]string{vk, reg}, append(args, names...)...)
+}
+
+// registry is what Invalidate took from a key's registry.
+type registry struct {
+	name   string // the key, for errors
+	vk     string // the key's version key
+	key    string // the registry's key
+	ver    int64  // the key's version after the invalidation
+	ttl    int64  // the registry's remaining TTL in ms
+	copies []string
+}
 
 // maxSuffixes bounds the search for copy suffixes. Each try lands on a
 // given primary with probability about 1/primaries, so for any sane cluster
@@ -198,21 +253,37 @@ func (t *Tier) getAndFill(ctx context.Context, key, full, copy string) ([]byte, 
 			return []byte(val), true, nil // not a version: no fill
 		}
 	}
-	t.fill(copy, val, ver)
+	t.fill(full, copy, val, ver)
 	return []byte(val), true, nil
 }
 
-// fill writes value to copy on a goroutine the Tier owns, at most one per
-// copy at a time, guarded by ver. A filled copy lives HotCopyTTL.
-func (t *Tier) fill(copy, value string, ver uint64) {
+// fill writes value to copy (a copy of full) on a goroutine the Tier owns,
+// at most one per copy at a time, guarded by ver: first the copy's name is
+// registered beside full if full's version is still ver, then the copy is
+// written if its own version is at most ver. A filled copy lives
+// HotCopyTTL.
+func (t *Tier) fill(full, copy, value string, ver uint64) {
+	vk, err := sibling(full, ":v")
+	rk, _ := sibling(full, registrySuffix) // as vk
+	if err != nil {
+		return
+	}
 	if _, busy := t.filling.LoadOrStore(copy, struct{}{}); busy {
 		return
 	}
-	cmd := setIfVersionScript.call([]string{copy, copy + ":v"}, strconv.FormatUint(ver, 10), value, strconv.FormatInt(pxMillis(t.opts.Cluster.HotCopyTTL), 10), "copy")
+	v := strconv.FormatUint(ver, 10)
+	ttl := t.opts.Cluster.HotCopyTTL
+	reg := register(vk, rk, v, ttl, []string{copy})
+	write := setIfVersionScript.call([]string{copy, copy + ":v"}, v, value, strconv.FormatInt(pxMillis(ttl), 10), "copy")
 	started := t.goOwned(func() {
 		defer t.filling.Delete(copy)
 		t.stats.copyFills.add(1)
-		if err := t.one(context.Background(), t.opts.WriteTimeout, cmd).Error(); err != nil {
+		ctx := context.Background()
+		n, err := t.one(ctx, t.opts.WriteTimeout, reg).AsInt64()
+		if err == nil && n == 1 {
+			err = t.one(ctx, t.opts.WriteTimeout, write).Error()
+		}
+		if err != nil {
 			t.countSetFailure(err)
 		}
 	})
@@ -221,8 +292,9 @@ func (t *Tier) fill(copy, value string, ver uint64) {
 	}
 }
 
-// SetSmearedIfVersion implements holdfast.Smearer: key and its copies in
-// one pipeline, each guarded by its own version key.
+// SetSmearedIfVersion implements holdfast.Smearer: one script sets the key
+// and registers its copies if the key's version is still version; then, if
+// it did, the copies are written, each guarded by its own version key.
 func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
 	full, err := t.checkItem(it)
 	if err != nil {
@@ -235,8 +307,8 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 	}
 	c := &t.stats
 	c.sets.add(1 + len(copies))
-	c.copyWrites.add(len(copies))
 	vk, err := sibling(full, ":v")
+	rk, _ := sibling(full, registrySuffix) // as vk
 	if err != nil {
 		c.setErrors.add(1 + len(copies))
 		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
@@ -244,42 +316,36 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 	ver := strconv.FormatUint(version, 10)
 	val := string(it.Value)
 	ms := strconv.FormatInt(pxMillis(it.TTL), 10)
-	cmds := make([]command, 0, 1+len(copies))
-	cmds = append(cmds, setIfVersionScript.call([]string{full, vk}, ver, val, ms))
-	for _, k := range copies {
-		cmds = append(cmds, setIfVersionScript.call([]string{k, k + ":v"}, ver, val, ms, "copy"))
-	}
-	results, err := t.toPrimaries(ctx, t.opts.WriteTimeout, cmds)
+	set := register(vk, rk, ver, it.TTL, copies)
+	set.keys = append(set.keys, full)
+	set.args = append(set.args, val, ms)
+	n, err := t.one(ctx, t.opts.WriteTimeout, set).AsInt64()
 	if err != nil {
-		countFailure(err, &c.setErrors, &c.setBypassed, len(cmds))
+		countFailure(err, &c.setErrors, &c.setBypassed, 1+len(copies))
 		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
 	}
-	var errs []error
-	stored := false
-	for i, r := range results {
-		n, err := r.AsInt64()
-		if err != nil {
-			t.countSetFailure(err)
-			errs = append(errs, fmt.Errorf("redis tier set %q (copy %d): %w", it.Key, i, err))
-			continue
-		}
-		if i == 0 {
-			stored = n == 1
-		}
+	if n != 1 {
+		return false, nil // the version changed: neither the key nor a copy written
 	}
-	return stored, errors.Join(errs...)
+	c.copyWrites.add(len(copies))
+	cmds := make([]command, len(copies))
+	for i, k := range copies {
+		cmds[i] = setIfVersionScript.call([]string{k, k + ":v"}, ver, val, ms, "copy")
+	}
+	return true, t.write(ctx, cmds, labels{op: "set", names: copies, failed: &c.setErrors, skipped: &c.setBypassed})
 }
 
-// invalidateCopies deletes the copies of the keys whose versions were just
-// raised to vers (full keys; names for errors), under the current and the
-// previous slot map, and raises the copies' versions to match.
-func (t *Tier) invalidateCopies(ctx context.Context, full, names []string, vers []int64) []error {
+// invalidateCopies deletes the copies Invalidate took from the registries
+// of regs and raises each copy's version to its key's new version. The
+// names of copies it failed to invalidate go back into their registries, so
+// that the invalidation, repeated, finds them again.
+func (t *Tier) invalidateCopies(ctx context.Context, regs []registry) []error {
 	var cmds []command
 	var owner []int
 	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
-	for i, f := range full {
-		for _, k := range t.copiesOf(f, true) {
-			cmds = append(cmds, invalidateCopyScript.call([]string{k, k + ":v"}, strconv.FormatInt(vers[i], 10), ttl))
+	for i, r := range regs {
+		for _, k := range r.copies {
+			cmds = append(cmds, invalidateCopyScript.call([]string{k, k + ":v"}, strconv.FormatInt(r.ver, 10), ttl))
 			owner = append(owner, i)
 		}
 	}
@@ -293,11 +359,28 @@ func (t *Tier) invalidateCopies(ctx context.Context, full, names []string, vers 
 		results = errorResults(len(cmds), err)
 	}
 	var errs []error
+	failed := map[int][]string{}
 	for j, r := range results {
 		if err := r.Error(); err != nil {
 			countFailure(err, &c.deleteErrors, &c.delBypassed, 1)
-			errs = append(errs, fmt.Errorf("redis tier invalidate %q: a copy: %w", names[owner[j]], err))
+			errs = append(errs, fmt.Errorf("redis tier invalidate %q: copy %s: %w", regs[owner[j]].name, cmds[j].key, err))
+			failed[owner[j]] = append(failed[owner[j]], cmds[j].key)
 		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	var back []command
+	var keys []string
+	for i, names := range failed {
+		r := regs[i]
+		// The registry's own TTL, less the slack register adds again.
+		keep := time.Duration(r.ttl)*time.Millisecond - registrySlack
+		back = append(back, register(r.vk, r.key, "", max(keep, time.Millisecond), names))
+		keys = append(keys, r.name)
+	}
+	if err := t.write(ctx, back, labels{op: "re-register the copies of", names: keys, failed: &c.deleteErrors, skipped: &c.delBypassed}); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
