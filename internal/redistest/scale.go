@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,24 +33,26 @@ func (s *Server) NodeID(ctx context.Context) (string, error) {
 	return id, nil
 }
 
-// RestartWithData kills the server and starts it again on the same port
-// with the data it had: it runs SAVE first (the servers have no persistence
-// of their own), so the server comes back with a snapshot taken just before
-// the kill, as a node restarted from its last RDB would. For a replica that
-// is a copy that may lag its primary until it has resynced; for a primary
-// it brings back whatever was deleted after the snapshot. It returns when
-// the process answers PING.
-func (s *Server) RestartWithData() {
+// Start starts a killed server again on its port, keeping the files its
+// directory holds: after a SAVE, the server comes back with that snapshot,
+// as a node restarted from its last RDB would (the servers have no
+// persistence of their own; Restart, by contrast, deletes the data files).
+// For a replica that is a copy that may lag its primary until it has
+// resynced. It returns when the process answers PING.
+func (s *Server) Start() {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_, err := s.CLI(ctx, "SAVE")
-	cancel()
-	if err != nil {
-		s.t.Fatalf("redistest: %s: SAVE before a restart with data: %v", s.Addr(), err)
+	s.mu.Lock()
+	running := s.cmd != nil && s.exited != nil
+	if running {
+		select {
+		case <-s.exited:
+			running = false
+		default:
+		}
 	}
-	s.kill()
-	if _, err := os.Stat(filepath.Join(s.dir, "dump.rdb")); err != nil {
-		s.t.Fatalf("redistest: %s: no snapshot after SAVE: %v", s.Addr(), err)
+	s.mu.Unlock()
+	if running {
+		s.t.Fatalf("redistest: Start %s: the server is running", s.Addr())
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -61,7 +61,7 @@ func (s *Server) RestartWithData() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s.t.Fatalf("redistest: restart %s with data: %v\n%s", s.Addr(), lastErr, s.logTail())
+	s.t.Fatalf("redistest: start %s again: %v\n%s", s.Addr(), lastErr, s.logTail())
 }
 
 // clusterCLI runs redis-cli --cluster with args and returns its output;

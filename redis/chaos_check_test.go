@@ -1,0 +1,293 @@
+package redis_test
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+)
+
+// The chaos test's checks, run over every read once the run is over (the
+// time a queued invalidation landed is only known later). The bounds are
+// derived from the policy in chaos_test.go; see TestChaos's comment.
+
+// Slack added to the bounds for what a harness cannot time exactly.
+const (
+	// chaosClockSlack: expiry decisions read a clock refreshed every
+	// millisecond, and a read's begin is taken before Get is entered.
+	chaosClockSlack = 50 * time.Millisecond
+	// chaosReplicaSlack: another process may read a replica, which applies
+	// the delete a little after its primary (README: a replica takes reads
+	// while within MaxReplicaLag of its primary).
+	chaosReplicaSlack = 100 * time.Millisecond
+	// chaosFlightSlack: a load's end is bounded by LoadTimeout through a
+	// timer, which fires late on a loaded machine.
+	chaosFlightSlack = 250 * time.Millisecond
+	// chaosHeldSlack: an error counts as "stale was due" only when the value
+	// the process held was still this far inside its window at the error.
+	chaosHeldSlack = 200 * time.Millisecond
+)
+
+// Violation kinds.
+const (
+	vPanic            = "panic"
+	vBadValue         = "bad value"
+	vReadYourInval    = "read-your-invalidations"
+	vStaleShared      = "stale: shared tier past the landed invalidation"
+	vStaleHot         = "stale: hot tier past Hot.TTL"
+	vStaleLoaded      = "stale: loaded past LoadTimeout"
+	vPastSoft         = "served past soft time"
+	vPastHard         = "served past hard time"
+	vPastStaleIfError = "served past the stale-if-error window"
+	vOriginLie        = "origin later than the value's supersession"
+	vErrorOutsideDB   = "error outside database faults"
+	vErrorStaleDue    = "error where a stale value was due"
+)
+
+var chaosViolationKinds = []string{vPanic, vBadValue, vReadYourInval, vStaleShared, vStaleHot, vStaleLoaded,
+	vPastSoft, vPastHard, vPastStaleIfError, vOriginLie, vErrorOutsideDB, vErrorStaleDue}
+
+// isStaleness reports whether kind is a staleness violation (the table's
+// "stale violations" column).
+func isStaleness(kind string) bool {
+	switch kind {
+	case vReadYourInval, vStaleShared, vStaleHot, vStaleLoaded, vPastSoft, vPastHard, vPastStaleIfError, vOriginLie:
+		return true
+	}
+	return false
+}
+
+type chaosViolation struct {
+	kind   string
+	read   *chaosRead
+	detail string
+	faults []chaosFault
+}
+
+// chaosBounds is what the checks need of the configured policy.
+type chaosBounds struct {
+	writer       int
+	ttl, sie     time.Duration
+	hotTTL       time.Duration
+	loadTimeout  time.Duration
+	readBudget   time.Duration
+	latencyLimit time.Duration
+}
+
+type chaosChecker struct {
+	b      chaosBounds
+	db     *chaosDB
+	sched  *chaosScheduler
+	faults []chaosFault
+	reads  []chaosRead
+	// effLanded[key][v]: the earliest time a delete of the key that came
+	// after v's supersession is known to have landed; 0: never.
+	effLanded [][]int64
+	viol      []chaosViolation
+}
+
+func newChaosChecker(b chaosBounds, db *chaosDB, sched *chaosScheduler, reads []chaosRead) *chaosChecker {
+	c := &chaosChecker{b: b, db: db, sched: sched, faults: sched.snapshot(), reads: reads}
+	c.effLanded = make([][]int64, len(db.keys))
+	for k := range db.keys {
+		vs := db.keys[k].vers
+		eff := make([]int64, len(vs))
+		var next int64
+		for v := len(vs) - 1; v >= 0; v-- {
+			l := vs[v].landed
+			if vs[v].superseded == 0 {
+				l = 0
+			}
+			switch {
+			case l == 0:
+				eff[v] = next
+			case next == 0:
+				eff[v] = l
+			default:
+				eff[v] = min(l, next)
+			}
+			next = eff[v]
+		}
+		c.effLanded[k] = eff
+	}
+	return c
+}
+
+func (c *chaosChecker) inDBFault(r *chaosRead) bool {
+	for _, f := range c.faults {
+		if isDBFault(f.kind) && f.start <= r.end && f.healed+int64(chaosSettle) >= r.begin {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *chaosChecker) add(kind string, r *chaosRead, format string, args ...any) {
+	c.viol = append(c.viol, chaosViolation{
+		kind: kind, read: r, detail: fmt.Sprintf(format, args...),
+		faults: activeFaults(c.faults, r.begin-int64(time.Second), r.end),
+	})
+}
+
+func (c *chaosChecker) check() {
+	for i := range c.reads {
+		r := &c.reads[i]
+		switch r.errKind {
+		case chaosOK:
+			c.checkValue(r)
+		case chaosErrPanic:
+			c.add(vPanic, r, "Get panicked: %s", r.errMsg)
+		case chaosErrBadValue:
+			c.add(vBadValue, r, "%s", r.errMsg)
+		default:
+			if !c.inDBFault(r) {
+				c.add(vErrorOutsideDB, r, "%s: %s", r.errKind, r.errMsg)
+			}
+		}
+	}
+	c.checkStaleDue()
+}
+
+func (c *chaosChecker) rel(ns int64) string { return c.sched.rel(ns) }
+
+func (c *chaosChecker) checkValue(r *chaosRead) {
+	b := c.b
+	vs := c.db.keys[r.key].vers
+	cv := vs[r.ver]
+	clock := int64(chaosClockSlack)
+
+	switch r.src {
+	case holdfast.SourceHot, holdfast.SourceShared, holdfast.SourceLocal:
+		if r.soft < r.begin-clock {
+			c.add(vPastSoft, r, "source %s, soft %s, read began %s (%v late)", r.src, c.rel(r.soft), c.rel(r.begin), time.Duration(r.begin-r.soft))
+		}
+	case holdfast.SourceStale:
+		if r.hard < r.begin-clock {
+			c.add(vPastHard, r, "source %s, hard %s, read began %s (%v late)", r.src, c.rel(r.hard), c.rel(r.begin), time.Duration(r.begin-r.hard))
+		}
+	case holdfast.SourceStaleOnError:
+		if lim := r.hard + int64(b.sie); lim < r.begin-clock {
+			c.add(vPastStaleIfError, r, "hard %s + stale-if-error %v, read began %s (%v late)", c.rel(r.hard), b.sie, c.rel(r.begin), time.Duration(r.begin-lim))
+		}
+	}
+	if cv.superseded == 0 {
+		return // still the current version when the run ended
+	}
+	if cv.superseded < r.origin-int64(time.Millisecond) {
+		c.add(vOriginLie, r, "version %d superseded at %s but served with origin %s (source %s): the loader read it before it was superseded, so its origin must be earlier",
+			r.ver, c.rel(cv.superseded), c.rel(r.origin), r.src)
+	}
+	if cv.invReturn == 0 {
+		return
+	}
+	inval := fmt.Sprintf("version %d superseded %s, its Invalidate %s–%s", r.ver, c.rel(cv.superseded), c.rel(cv.invStart), c.rel(cv.invReturn))
+	if cv.queued {
+		inval += ", queued for replay"
+	}
+	landed := c.effLanded[r.key][r.ver]
+	if landed != 0 {
+		inval += ", delete landed by " + c.rel(landed)
+	} else {
+		inval += ", delete never known to land"
+	}
+	if int(r.proc) == b.writer {
+		if r.begin > cv.invReturn {
+			c.add(vReadYourInval, r, "writer's process read %s, which its Invalidate had already superseded (%s; read began %v after it returned)",
+				r.srcVer(), inval, time.Duration(r.begin-cv.invReturn))
+		}
+		return
+	}
+	switch r.src {
+	case holdfast.SourceShared:
+		if landed != 0 && r.begin > landed+int64(chaosReplicaSlack) {
+			c.add(vStaleShared, r, "read %s (%s; read began %v after the delete landed, bound %v)",
+				r.srcVer(), inval, time.Duration(r.begin-landed), chaosReplicaSlack)
+		}
+	case holdfast.SourceHot:
+		// A hot copy is stored at the end of a load that read the source
+		// before the supersession (at most LoadTimeout later), or from a
+		// shared-tier read made before the delete landed; it lives Hot.TTL.
+		stored := cv.superseded + int64(b.loadTimeout+chaosFlightSlack)
+		if landed == 0 {
+			return // bounded by the soft-time check alone
+		}
+		stored = max(stored, landed+int64(chaosReplicaSlack+b.readBudget+chaosFlightSlack))
+		if lim := stored + int64(b.hotTTL); r.begin > lim {
+			c.add(vStaleHot, r, "read %s (%s; read began %v past the bound: latest store %s + Hot.TTL %v)",
+				r.srcVer(), inval, time.Duration(r.begin-lim), c.rel(stored), b.hotTTL)
+		}
+	case holdfast.SourceLoaded:
+		if lim := cv.superseded + int64(b.loadTimeout+chaosFlightSlack); r.begin > lim {
+			c.add(vStaleLoaded, r, "read %s (%s; a load that read the source before %s ends by %s, the read began %s)",
+				r.srcVer(), inval, c.rel(cv.superseded), c.rel(lim), c.rel(r.begin))
+		}
+	}
+}
+
+func (r *chaosRead) srcVer() string {
+	return fmt.Sprintf("version %d from %s (origin %s)", r.ver, r.src, time.Unix(0, r.origin).Format("15:04:05.000"))
+}
+
+// checkStaleDue finds errors in a process that held a value within its
+// stale-if-error window: every value a process was served went into its
+// last-known-good store (bounded at 32 MiB, far above this test's few
+// hundred keys), which the writer's own invalidations clear.
+func (c *chaosChecker) checkStaleDue() {
+	type pk struct {
+		proc uint8
+		key  uint16
+	}
+	by := map[pk][]int{}
+	for i := range c.reads {
+		r := &c.reads[i]
+		by[pk{r.proc, r.key}] = append(by[pk{r.proc, r.key}], i)
+	}
+	sie := int64(c.b.sie)
+	for k, idx := range by {
+		// Successes in order of their end, errors checked against the
+		// successes that ended before they began.
+		succ := slices.DeleteFunc(slices.Clone(idx), func(i int) bool { return c.reads[i].errKind != chaosOK })
+		sort.Slice(succ, func(a, b int) bool { return c.reads[succ[a]].end < c.reads[succ[b]].end })
+		for _, i := range idx {
+			r := &c.reads[i]
+			if r.errKind == chaosOK || r.errKind == chaosErrPanic || r.errKind == chaosErrBadValue {
+				continue
+			}
+			var held *chaosRead
+			for _, j := range succ {
+				s := &c.reads[j]
+				if s.end >= r.begin {
+					break
+				}
+				if int(k.proc) == c.b.writer {
+					// The writer's Invalidate drops its local copies.
+					if sup := c.db.keys[s.key].vers[s.ver].superseded; sup != 0 && sup < r.end {
+						continue
+					}
+				}
+				if held == nil || s.hard > held.hard {
+					held = s
+				}
+			}
+			if held != nil && held.hard+sie > r.end+int64(chaosHeldSlack) {
+				c.add(vErrorStaleDue, r, "%s: %s; the process held %s, hard %s, servable until %s",
+					r.errKind, r.errMsg, held.srcVer(), c.rel(held.hard), c.rel(held.hard+sie))
+			}
+		}
+	}
+}
+
+// describe is a violation's failure message: the invariant, the key, the
+// versions, the process, the times and the faults active.
+func (c *chaosChecker) describe(v chaosViolation) string {
+	r := v.read
+	role := "reader"
+	if int(r.proc) == c.b.writer {
+		role = "writer's process"
+	}
+	return fmt.Sprintf("%s: key %s, process %d (%s), read %s–%s (%v): %s; faults active: %s",
+		v.kind, chaosKeyName(int(r.key)), r.proc, role, c.rel(r.begin), c.rel(r.end),
+		time.Duration(r.end-r.begin).Round(time.Microsecond), v.detail, describeFaults(c.sched, v.faults))
+}
