@@ -11,20 +11,6 @@ import (
 	"time"
 )
 
-// Loader reads a value from the source of truth (the database) when no tier
-// has it. It returns ErrNotFound (possibly wrapped) when the source has no
-// value for the key. ctx is detached from the callers and bounded by the
-// namespace's LoadTimeout.
-type Loader interface {
-	Load(ctx context.Context, key string) ([]byte, error)
-}
-
-// LoaderFunc adapts a function to a Loader.
-type LoaderFunc func(ctx context.Context, key string) ([]byte, error)
-
-// Load calls f(ctx, key).
-func (f LoaderFunc) Load(ctx context.Context, key string) ([]byte, error) { return f(ctx, key) }
-
 // Source says how a read was served.
 type Source uint8
 
@@ -247,6 +233,18 @@ func (c *Cache) Close() error {
 		c.closeClock.Do(c.coarse.close)
 	}
 	return nil
+}
+
+// detach returns a context with ctx's values that only Close cancels: loads
+// run for every reader of a key, so none of them may cancel it, yet a trace
+// id or tenant in the first reader's context should reach the loader.
+func (c *Cache) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(c.ctx, cancel)
+	return d, func() {
+		stop()
+		cancel()
+	}
 }
 
 // goOwned runs fn on a goroutine that Close waits for. It reports false, and

@@ -2,6 +2,7 @@ package holdfast
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,4 +188,63 @@ func (r *recentInvalidations) supersedes(key string, origin, now, window int64) 
 	}
 	at := v.(int64)
 	return origin < at && now-at < window
+}
+
+// Invalidate removes key from this process's tiers and from the shared tier.
+// A load of key that began before Invalidate is not stored after it.
+//
+// When the shared tier's delete fails or is skipped by an open breaker, the
+// local copies are dropped all the same and the delete is queued and replayed
+// until the tier takes it; until then this process reads the tier's copy of
+// key as a miss. Invalidate returns nil in that case too. It returns an error
+// only when the replay queue is full (the delete is then lost for the shared
+// tier: other processes may serve the old value until its TTL).
+func (n *Namespace) Invalidate(ctx context.Context, key string) error {
+	if err := n.checkKey(key); err != nil {
+		return err
+	}
+	n.ctr.inc(evInvalidation)
+	if n.c.opts.Shared != nil {
+		n.recent.add(key, n.c.clock.Now().UnixNano(), n.supersedeWindow())
+	}
+	// Flights in progress may hold a value read from the source before the
+	// caller's write: they must not store it anywhere.
+	n.flights.invalidate(key)
+	var err error
+	if n.c.opts.Shared != nil {
+		if derr := n.deleteShared(ctx, n.prefix+key); derr != nil {
+			n.countTierError(derr, evSharedDelError)
+			if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
+				n.ctr.inc(evDroppedDeletes)
+				n.c.logger().Warn("holdfast: invalidation replay queue full; shared copy left until its TTL", "namespace", n.name, "key", key)
+				err = fmt.Errorf("holdfast: %s: invalidate %q in the shared tier (replay queue full): %w", n.name, key, derr)
+			}
+		}
+		// A read that began while the delete was on its way may have found
+		// the old value still in the shared tier: its flight must not copy
+		// it into this process's tiers either.
+		n.flights.invalidate(key)
+	}
+	// Local copies go last, so none read before the shared delete survives.
+	if n.hot != nil {
+		n.hot.Delete(key)
+	}
+	if n.lkg != nil {
+		n.lkg.Delete(key)
+	}
+	return err
+}
+
+// supersedeWindow is how long an invalidation makes older shared-tier
+// values of its key read as misses in this process: past it, such a value
+// is past its hard time and stale-if-error window.
+func (n *Namespace) supersedeWindow() int64 { return int64(n.p.TTL + n.p.StaleIfError) }
+
+// deleteShared removes qualified keys from the shared tier, bumping their
+// versions when the tier is a Coordinator.
+func (n *Namespace) deleteShared(ctx context.Context, keys ...string) error {
+	if n.coord != nil {
+		return n.coord.Invalidate(ctx, keys...)
+	}
+	return n.c.opts.Shared.Delete(ctx, keys...)
 }

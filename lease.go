@@ -33,16 +33,16 @@ type lease struct {
 	expires time.Time // by the Cache's clock: when Redis drops it anyway
 }
 
-// leaseOrWait takes key's lease or, while another process holds it, waits
-// for that process to store the value, polling the shared tier. done means
-// the flight has its answer; otherwise the caller loads, holding l when it
-// is not nil.
-func (n *Namespace) leaseOrWait(f *flight, key string, ver version) (out outcome, done bool, l *lease) {
-	qkey := n.prefix + key
+// leaseOrWait takes j's lease or, while another process holds it, waits
+// for that process to store the value, polling the shared tier. It leaves
+// j done when the value arrived, or else holding the lease (j.lease) or
+// not (the tier failed, or the wait ran out): then j loads.
+func (n *Namespace) leaseOrWait(ctx context.Context, j *job) {
+	qkey := n.prefix + j.key
 	token := newLeaseToken()
 	// Two polls past the lease's TTL: a holder's lease has expired by then,
 	// and a waiter gets to take it rather than load beside the next holder.
-	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.Lease.TTL+2*n.p.Lease.Poll)
+	ctx, cancel := context.WithTimeout(ctx, n.p.Lease.TTL+2*n.p.Lease.Poll)
 	defer cancel()
 	poll := time.NewTimer(n.p.Lease.Poll)
 	defer poll.Stop()
@@ -54,18 +54,18 @@ func (n *Namespace) leaseOrWait(f *flight, key string, ver version) (out outcome
 			if !errors.Is(err, ErrBypassed) {
 				// The SET may have run and only its reply been lost: give
 				// back whatever this token may hold.
-				n.releaseLease(&lease{key, token, taken.Add(n.p.Lease.TTL)})
+				n.releaseLease(&lease{j.key, token, taken.Add(n.p.Lease.TTL)})
 			}
-			// The tier is failing: leases are skipped, the load goes on.
-			return outcome{}, false, nil
+			return // the tier is failing: leases are skipped, the load goes on
 		}
 		if got {
 			n.ctr.inc(evLeaseTaken)
-			return outcome{}, false, &lease{key, token, taken.Add(n.p.Lease.TTL)}
+			j.lease = &lease{j.key, token, taken.Add(n.p.Lease.TTL)}
+			return
 		}
 		if !waited {
 			n.ctr.inc(evLeaseWaits)
-			n.serveHeldCurrent(f, key, ver)
+			n.serveHeldCurrent(j.f, j.key, j.ver)
 		}
 		poll.Reset(n.p.Lease.Poll)
 		select {
@@ -74,17 +74,18 @@ func (n *Namespace) leaseOrWait(f *flight, key string, ver version) (out outcome
 			// Longer than a lease can be held: its holder died, or lost
 			// its release; load.
 			n.ctr.inc(evLeaseGaveUp)
-			return outcome{}, false, nil
+			return
 		}
-		m, status := n.sharedGet(ctx, key)
+		m, status := n.sharedGet(ctx, j.key)
 		now := n.now()
 		switch {
 		case status == tierDown:
-			return outcome{}, false, nil
+			return
 		case status == tierHit && now < m.hard:
-			n.storeLocal(f, key, &m, now)
+			n.storeLocal(j.f, j.key, &m, now)
 			res, err := n.served(&m, SourceShared)
-			return outcome{res, err}, true, nil
+			j.out, j.done = outcome{res, err}, true
+			return
 		}
 	}
 }

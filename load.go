@@ -1,0 +1,328 @@
+package holdfast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// load is the stage for jobs whose lookup found no usable value: each key's
+// version and lease (concurrently when there are many), then one loader
+// call for the keys still without an answer, and the stores. ctx is
+// detached from the callers (their values, not their cancellation) and
+// cancelled by Close.
+func (n *Namespace) load(ctx context.Context, js []*job, load keysLoader) {
+	each(js, func(j *job) {
+		j.ver = n.readVersion(ctx, j.key, j.status)
+		if n.p.Lease.Enabled && n.coord != nil && j.status == tierMiss && !j.f.published {
+			n.leaseOrWait(ctx, j)
+		}
+	})
+	defer func() {
+		for _, j := range js {
+			if j.lease != nil {
+				n.releaseLease(j.lease)
+			}
+		}
+	}()
+	toLoad := js[:0:0]
+	refresh := true
+	for _, j := range js {
+		if j.done {
+			continue
+		}
+		// The loader failed for this key moments ago: while a stale value
+		// may be served, serve it rather than send the source another
+		// request it will most likely fail too (one failing call per key
+		// per backoff, not one per read).
+		if n.backoff != nil && n.backoff.Get(j.key, n.now()) != nil {
+			if res, ok := n.stale(j.f, j.key, j.fallback); ok {
+				n.ctr.inc(evErrorBackoff)
+				j.out, j.done = outcome{res, nil}, true
+				continue
+			}
+		}
+		toLoad = append(toLoad, j)
+		refresh = refresh && (j.f.published || j.refreshOf != 0)
+	}
+	if len(toLoad) == 0 {
+		return
+	}
+	if !n.acquire(ctx, refresh) {
+		n.ctr.add(evRejected, uint64(len(toLoad)))
+		for _, j := range toLoad {
+			res, err := n.failed(j.f, j.key, j.fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, j.key, ErrOverloaded))
+			j.out, j.done = outcome{res, err}, true
+		}
+		return
+	}
+	keys := make([]string, len(toLoad))
+	for i, j := range toLoad {
+		keys[i] = j.key
+	}
+	n.ctr.add(evLoad, uint64(len(toLoad)))
+	lctx, cancel := context.WithTimeout(ctx, n.p.LoadTimeout)
+	defer cancel()
+	start := n.c.clock.Now()
+	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return load(ctx, keys) }, n.release)
+	lo := n.loadOutcome(lctx, start, err)
+	var writes []Item
+	var vers []version
+	var writers []*flight
+	for i, j := range toLoad {
+		klo := lo
+		klo.ver = j.ver
+		if err == nil {
+			klo.val, klo.err = ans.vals[i], ans.errs[i]
+		}
+		var w *Item
+		j.out, w = n.loaded(j.f, j.key, klo, j.fallback)
+		j.done = true
+		if w != nil {
+			writes = append(writes, *w)
+			vers = append(vers, j.ver)
+			writers = append(writers, j.f)
+		}
+	}
+	// One write for the batch; each flight's store lock is held until it
+	// is done, so an invalidation cannot slip in between.
+	if len(writes) > 0 {
+		n.writeShared(writes, vers)
+	}
+	for _, f := range writers {
+		f.endStore()
+	}
+}
+
+// loadResult is one key's answer from a loader call.
+type loadResult struct {
+	val   []byte
+	err   error
+	start time.Time     // when the call began: the value's origin
+	cost  time.Duration // how long it took
+	ver   version       // the key's version read before the call
+}
+
+// loadOutcome is what a loader call left: its error (a LoadTimeout that
+// passed named as such), when it began and how long it took, observed.
+func (n *Namespace) loadOutcome(ctx context.Context, start time.Time, err error) loadResult {
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		err = loadTimedOut(n.p.LoadTimeout)
+	}
+	cost := n.c.clock.Now().Sub(start)
+	n.observe(cost, err)
+	return loadResult{err: err, start: start, cost: cost}
+}
+
+// loaded stores what the loader returned in this process's tiers and
+// answers the flight's readers with it. When the value must also go to the
+// shared tier, write is the item to write and the flight's store lock is
+// held: the caller writes it (alone, or batched with others) and then calls
+// f.endStore. Readers do not wait for that write, which may be slow or
+// failing (seed 000: a Redis failure during the put must neither fail the
+// read nor run the loader again).
+func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta) (out outcome, write *Item) {
+	val, err, start, cost := lo.val, lo.err, lo.start, lo.cost
+	var m meta
+	switch {
+	case err == nil:
+		if len(val) > n.p.MaxValueBytes {
+			// Served to this flight's readers, never cached.
+			n.ctr.inc(evTooLarge)
+			t := start.UnixNano()
+			return outcome{Result{Value: val, Source: SourceLoaded, origin: t, soft: t, hard: t}, nil}, nil
+		}
+		m = n.newEntry(val, start.UnixNano(), cost, false)
+		if lo.ver.known {
+			m.ver = lo.ver.v + 1
+		}
+	case isNotFound(err):
+		n.ctr.inc(evLoadNotFound)
+		m = n.newEntry(nil, start.UnixNano(), cost, true)
+	default:
+		n.ctr.inc(evLoadError)
+		if errors.Is(err, context.DeadlineExceeded) {
+			n.ctr.inc(evLoadTimeout)
+		}
+		if n.backoff != nil {
+			n.backoff.Set(key, struct{}{}, int64(len(key))+entryOverhead, n.now()+int64(n.p.LoadErrorBackoff))
+		}
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))
+		}
+		res, err := n.failed(f, key, fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
+		return outcome{res, err}, nil
+	}
+	res, rerr := n.served(&m, SourceLoaded)
+	out = outcome{res, rerr}
+	if !f.beginStore() {
+		f.endStore()
+		n.ctr.inc(evDroppedStaleSet)
+		f.publish(res, rerr)
+		return out, nil
+	}
+	now := n.now()
+	n.putLocal(key, &m, now)
+	f.publish(res, rerr)
+	if n.c.opts.Shared == nil {
+		f.endStore()
+		return out, nil
+	}
+	ttl := time.Duration(m.hard - now)
+	if !m.negative {
+		// Kept past hard so that the tier itself can serve stale values
+		// when the loader fails while Redis is up.
+		ttl += n.p.StaleIfError
+	}
+	if ttl <= 0 {
+		f.endStore()
+		return out, nil
+	}
+	return out, &Item{Key: n.prefix + key, Value: m.raw, TTL: ttl}
+}
+
+// writeShared writes items to the shared tier; a failure is counted, never
+// returned: a write never fails a read. With a Coordinator each item is
+// written only if its key's version is still the one read before the load;
+// an item whose version could not be read is not written at all, since it
+// might overwrite an invalidation.
+//
+// The write gets a LoadTimeout of its own, whatever the load took, on top
+// of the tier's own bound (the Redis tier's WriteTimeout).
+func (n *Namespace) writeShared(items []Item, vers []version) {
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
+	if n.coord == nil {
+		if err := n.c.opts.Shared.Set(ctx, items...); err != nil {
+			for range items {
+				n.countTierError(err, evSharedSetError)
+			}
+		}
+		return
+	}
+	for i, it := range items {
+		if !vers[i].known {
+			continue
+		}
+		var stored bool
+		var err error
+		if n.smearing(it.Key[len(n.prefix):]) {
+			n.ctr.inc(evSmearedWrite)
+			stored, err = n.smear.SetSmearedIfVersion(ctx, it, vers[i].v)
+		} else {
+			stored, err = n.coord.SetIfVersion(ctx, it, vers[i].v)
+		}
+		switch {
+		case err != nil:
+			n.countTierError(err, evSharedSetError)
+		case !stored:
+			n.ctr.inc(evDroppedStaleSet)
+		}
+	}
+}
+
+// version is a key's invalidation version as read before a load.
+type version struct {
+	v     uint64
+	known bool
+}
+
+// readVersion reads key's version before the source is read, when the
+// shared tier is a Coordinator that answered the read just made.
+func (n *Namespace) readVersion(ctx context.Context, key string, status tierStatus) version {
+	if n.coord == nil || status == tierDown {
+		return version{}
+	}
+	v, err := n.coord.Version(ctx, n.prefix+key)
+	if err != nil {
+		n.countTierError(err, evSharedError)
+		return version{}
+	}
+	return version{v, true}
+}
+
+// failed answers a read whose load failed or was rejected: with the newest
+// stale value still allowed, else with err.
+//
+// The time is read afresh: a load may have run for up to its timeout, and
+// its readers' hard times may have passed meanwhile.
+func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Result, error) {
+	if res, ok := n.stale(f, key, fallback); ok {
+		return res, nil
+	}
+	if errors.Is(err, ErrOverloaded) {
+		n.ctr.inc(evOverloaded)
+	}
+	return Result{}, err
+}
+
+// stale returns the newest value still allowed when fresh data cannot be
+// had: the shared tier's fallback or last-known-good, within its hard time
+// (stale-while-revalidate) or its stale-if-error window.
+func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) {
+	now := n.now()
+	best := fallback
+	if n.lkg != nil {
+		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {
+			best = m
+		}
+	}
+	if best == nil || now >= best.hard+int64(n.p.StaleIfError) {
+		return Result{}, false
+	}
+	if now < best.hard {
+		// A rejected or failed refresh keeps the value until its hard
+		// time; it is still a stale-while-revalidate answer.
+		if !f.published {
+			n.ctr.inc(evStaleServed)
+		}
+		res, _ := n.served(best, SourceStale)
+		return res, true
+	}
+	n.ctr.inc(evStaleOnError)
+	res, _ := n.served(best, SourceStaleOnError)
+	return res, true
+}
+
+// acquire takes a load slot from the namespace's limiter and the Cache's.
+// A refresh (its readers already have a value) takes one only while more
+// than a quarter of each limiter's slots are free: refreshes must not take
+// the slots of readers who have nothing to serve, as they did while a slow
+// database held every slot with refreshes.
+func (n *Namespace) acquire(ctx context.Context, refresh bool) bool {
+	if !n.limit.acquire(ctx, refresh) {
+		return false
+	}
+	if !n.c.limit.acquire(ctx, refresh) {
+		n.limit.release()
+		return false
+	}
+	return true
+}
+
+func (n *Namespace) release() {
+	n.c.limit.release()
+	n.limit.release()
+}
+
+func (n *Namespace) observe(d time.Duration, err error) {
+	rec := n.c.opts.Recorder
+	if rec == nil {
+		return
+	}
+	outcome := "ok"
+	var pe *PanicError
+	switch {
+	case err == nil:
+	case isNotFound(err):
+		outcome = "not_found"
+	case errors.As(err, &pe):
+		outcome = "panic"
+	case errors.Is(err, context.DeadlineExceeded):
+		outcome = "timeout"
+	default:
+		outcome = "error"
+	}
+	rec.ObserveLoad(n.name, d, outcome)
+}

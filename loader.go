@@ -1,0 +1,153 @@
+package holdfast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+)
+
+// Loader reads a value from the source of truth (the database) when no tier
+// has it. It returns ErrNotFound (possibly wrapped) when the source has no
+// value for the key. ctx carries the values of the context of the read that
+// started the load (trace ids, say), but none of its cancellation: it is
+// bounded by the namespace's LoadTimeout and cancelled by Cache.Close.
+type Loader interface {
+	Load(ctx context.Context, key string) ([]byte, error)
+}
+
+// LoaderFunc adapts a function to a Loader.
+type LoaderFunc func(ctx context.Context, key string) ([]byte, error)
+
+// Load calls f(ctx, key).
+func (f LoaderFunc) Load(ctx context.Context, key string) ([]byte, error) { return f(ctx, key) }
+
+// BatchLoader loads many keys in one call (one SQL query with IN (...), say).
+// Keys absent from the returned map are not found.
+type BatchLoader interface {
+	LoadMany(ctx context.Context, keys []string) (map[string][]byte, error)
+}
+
+// BatchLoaderFunc adapts a function to a BatchLoader.
+type BatchLoaderFunc func(ctx context.Context, keys []string) (map[string][]byte, error)
+
+// LoadMany calls f(ctx, keys).
+func (f BatchLoaderFunc) LoadMany(ctx context.Context, keys []string) (map[string][]byte, error) {
+	return f(ctx, keys)
+}
+
+// keysLoader is the load stage's view of a loader: it loads keys and answers
+// per key, or fails as a whole.
+type keysLoader func(ctx context.Context, keys []string) (keysAnswer, error)
+
+// keysAnswer holds one value and one error per key, in order.
+type keysAnswer struct {
+	vals [][]byte
+	errs []error
+}
+
+// oneKey is a Loader as a keysLoader: a flight of Get, or a refresh, has one
+// key. Its error is the call's, so that the outcome recorded for the load
+// is the loader's.
+func oneKey(l Loader) keysLoader {
+	return func(ctx context.Context, keys []string) (keysAnswer, error) {
+		v, err := l.Load(ctx, keys[0])
+		return keysAnswer{vals: [][]byte{v}, errs: []error{nil}}, err
+	}
+}
+
+// batchOf is a BatchLoader as a keysLoader: keys missing from its map are
+// not found.
+func batchOf(l BatchLoader) keysLoader {
+	return func(ctx context.Context, keys []string) (keysAnswer, error) {
+		m, err := l.LoadMany(ctx, keys)
+		if err != nil {
+			return keysAnswer{}, err
+		}
+		a := keysAnswer{vals: make([][]byte, len(keys)), errs: make([]error, len(keys))}
+		for i, k := range keys {
+			if v, ok := m[k]; ok {
+				a.vals[i] = v
+			} else {
+				a.errs[i] = ErrNotFound
+			}
+		}
+		return a, nil
+	}
+}
+
+// errLoaderExited is what the readers of a load get when the loader ended
+// its goroutine without returning (runtime.Goexit, which t.FailNow calls in
+// a test). Without it the flight would never finish and every later read of
+// the key would wait on it until its own context ended.
+var errLoaderExited = errors.New("holdfast: loader exited without returning (runtime.Goexit)")
+
+// loadTimedOut is what the readers of a load get when its loader has not
+// returned within the namespace's LoadTimeout. It wraps
+// context.DeadlineExceeded.
+func loadTimedOut(d time.Duration) error {
+	return fmt.Errorf("loader did not return within LoadTimeout %v: %w", d, context.DeadlineExceeded)
+}
+
+// callBounded runs call on a goroutine of the Cache's and waits for it only
+// until ctx is done: the readers of a load are answered when LoadTimeout
+// passes, whatever the loader does with its context (a loader that ignores
+// it would otherwise hold every reader of the key). A panic becomes a
+// *PanicError and runtime.Goexit becomes errLoaderExited, so the flight
+// always ends.
+//
+// done runs on that goroutine once call has really returned: the load's
+// limiter slot is given back then, not at the timeout, so a source that
+// stopped answering is not sent more concurrent calls than the limit. A late
+// result is dropped. Close waits for the goroutine, as for every load.
+func callBounded[R any](c *Cache, ctx context.Context, call func(context.Context) (R, error), done func()) (R, error) {
+	type result struct {
+		v   R
+		err error
+	}
+	ch := make(chan result, 1) // buffered: a late result is dropped, not blocked on
+	started := c.goOwned(func() {
+		var r result
+		returned := false
+		defer func() {
+			if !returned {
+				r.err = errLoaderExited
+			}
+			if done != nil {
+				done()
+			}
+			ch <- r
+		}()
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					r.err = &PanicError{Value: v, Stack: debug.Stack()}
+				}
+			}()
+			r.v, r.err = call(ctx)
+		}()
+		returned = true
+	})
+	var zero R
+	if !started {
+		if done != nil {
+			done()
+		}
+		return zero, ErrClosed
+	}
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The loader's result may be there at the same instant: prefer it.
+			select {
+			case r := <-ch:
+				return r.v, r.err
+			default:
+			}
+		}
+		return zero, ctx.Err()
+	}
+}

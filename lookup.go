@@ -1,0 +1,194 @@
+package holdfast
+
+import (
+	"context"
+	"sync"
+)
+
+// lookup is the stage after the flight's start: for each job, the hot tier
+// again, then the shared tier (and, while it fails, last-known-good). A job
+// it answers is done; the others must load, and a stale value may have been
+// published to their readers already, the load then being its refresh.
+//
+// One job reads its key with Get (or a copy with GetSmeared, for a hot key
+// the tier smears); many read the plain keys in one GetMany and each hot
+// key's copy on its own, concurrently.
+func (n *Namespace) lookup(ctx context.Context, js []*job) {
+	now := n.now()
+	toRead := js[:0:0]
+	for _, j := range js {
+		if out, ok := n.recheckHot(j.key, now, j.refreshOf); ok {
+			j.out, j.done = out, true
+			continue
+		}
+		toRead = append(toRead, j)
+	}
+	if len(toRead) == 0 {
+		return
+	}
+	metas := make([]meta, len(toRead))
+	statuses := make([]tierStatus, len(toRead))
+	if n.c.opts.Shared == nil {
+		for i := range statuses {
+			statuses[i] = tierNone
+		}
+	} else if len(toRead) == 1 {
+		metas[0], statuses[0] = n.sharedGet(ctx, toRead[0].key)
+	} else {
+		n.sharedGetMany(ctx, toRead, metas, statuses)
+	}
+	for i, j := range toRead {
+		j.status = statuses[i]
+		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
+	}
+}
+
+// sharedGetMany reads the jobs' keys from the shared tier into metas and
+// statuses: the keys the tier smears each from one of its copies, the rest
+// in one GetMany.
+func (n *Namespace) sharedGetMany(ctx context.Context, js []*job, metas []meta, statuses []tierStatus) {
+	var plain []int
+	var smeared []int
+	for i, j := range js {
+		if n.smearing(j.key) {
+			smeared = append(smeared, i)
+		} else {
+			plain = append(plain, i)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, i := range smeared {
+		wg.Go(func() { metas[i], statuses[i] = n.sharedGet(ctx, js[i].key) })
+	}
+	if len(plain) > 0 {
+		qualified := make([]string, len(plain))
+		for k, i := range plain {
+			qualified[k] = n.prefix + js[i].key
+		}
+		lookups, err := n.c.opts.Shared.GetMany(ctx, qualified)
+		for k, i := range plain {
+			switch {
+			case err != nil:
+				n.countTierError(err, evSharedError)
+				statuses[i] = tierDown
+			case k >= len(lookups):
+				n.ctr.inc(evSharedError)
+				statuses[i] = tierDown
+			default:
+				metas[i], statuses[i] = n.decodeLookup(js[i].key, lookups[k])
+			}
+		}
+	}
+	wg.Wait()
+}
+
+type tierStatus int
+
+const (
+	tierMiss tierStatus = iota
+	tierHit
+	tierDown
+	tierNone // there is no shared tier
+)
+
+// recheckHot checks the hot tier again inside a flight: a flight that ended
+// just before this one began may have stored the value. Refreshes skip it.
+func (n *Namespace) recheckHot(key string, now, refreshOf int64) (outcome, bool) {
+	if refreshOf != 0 || n.hot == nil {
+		return outcome{}, false
+	}
+	m := n.hot.Get(key, now)
+	if m == nil {
+		return outcome{}, false
+	}
+	n.ctr.inc(evHotRecheckHit)
+	res, err := n.served(m, SourceHot)
+	return outcome{res, err}, true
+}
+
+// afterShared decides what a flight does with the shared tier's answer. done
+// means the flight has its answer; otherwise it must load, and fallback is a
+// value that stale-if-error may serve if the load fails. A stale value may
+// have been published to the readers already, the load then being its
+// refresh.
+func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatus, now, refreshOf int64) (out outcome, done bool, fallback *meta) {
+	switch status {
+	case tierHit:
+		if now < m.hard && (refreshOf == 0 || m.origin > refreshOf) {
+			n.storeLocal(f, key, m, now)
+			if now < m.soft || m.negative {
+				res, err := n.served(m, SourceShared)
+				return outcome{res, err}, true, nil
+			}
+			// Between soft and hard: answer now, refresh in this flight.
+			n.ctr.inc(evStaleServed)
+			n.ctr.inc(evRefresh)
+			res, _ := n.served(m, SourceStale)
+			f.publish(res, nil)
+		}
+		if !m.negative {
+			fallback = m
+		}
+	case tierDown, tierNone:
+		if refreshOf != 0 || n.lkg == nil {
+			break
+		}
+		// The shared tier cannot answer: the last value this process saw is
+		// served while within its hard time (seed 000's decision 3), so an
+		// outage costs one load per key per hard TTL, not one per read.
+		lm := n.lkg.Get(key, now)
+		if lm == nil || now >= lm.hard {
+			break
+		}
+		if now < lm.soft {
+			n.ctr.inc(evLocalServed)
+			res, err := n.served(lm, SourceLocal)
+			return outcome{res, err}, true, nil
+		}
+		n.ctr.inc(evStaleServed)
+		n.ctr.inc(evRefresh)
+		res, _ := n.served(lm, SourceStale)
+		f.publish(res, nil)
+	}
+	return outcome{}, false, fallback
+}
+
+// sharedGet reads key from the shared tier. Corrupt bytes are a miss, counted.
+func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus) {
+	var v []byte
+	var found bool
+	var err error
+	if n.smearing(key) {
+		n.ctr.inc(evSmearedRead)
+		v, found, err = n.smear.GetSmeared(ctx, n.prefix+key)
+	} else {
+		v, found, err = n.c.opts.Shared.Get(ctx, n.prefix+key)
+	}
+	return n.decodeLookup(key, Lookup{Value: v, Found: found, Err: err})
+}
+
+// decodeLookup classifies the shared tier's answer for key. A key whose
+// invalidation has not reached the tier yet reads as a miss.
+func (n *Namespace) decodeLookup(key string, l Lookup) (meta, tierStatus) {
+	switch {
+	case l.Err != nil:
+		n.countTierError(l.Err, evSharedError)
+		return meta{}, tierDown
+	case !l.Found || n.pending.has(key):
+		n.ctr.inc(evSharedMiss)
+		return meta{}, tierMiss
+	}
+	m, err := decodeMeta(l.Value)
+	if err != nil {
+		n.ctr.inc(evCorrupt)
+		n.ctr.inc(evSharedMiss)
+		return meta{}, tierMiss
+	}
+	if n.recent.supersedes(key, m.origin, n.now(), n.supersedeWindow()) {
+		n.ctr.inc(evSuperseded)
+		n.ctr.inc(evSharedMiss)
+		return meta{}, tierMiss
+	}
+	n.ctr.inc(evSharedHit)
+	return m, tierHit
+}

@@ -1,0 +1,64 @@
+package holdfast
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// The stores of this process: the hot tier and last-known-good.
+
+// entryOverhead approximates what one cached entry costs beyond its bytes (map
+// slot, node, key header), so byte budgets are honest for small values.
+const entryOverhead = 128
+
+// newEntry builds the envelope for a freshly loaded value.
+func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negative bool) meta {
+	soft, hard := origin+int64(n.p.SoftTTL), origin+int64(n.p.TTL)
+	if negative {
+		soft = origin + int64(n.p.NegativeTTL)
+		hard = soft
+	} else if j := n.p.EarlyRefresh.Jitter; j > 0 {
+		soft -= int64(float64(n.p.SoftTTL) * j * rand.Float64())
+	}
+	e := Entry{Value: val, Origin: time.Unix(0, origin), Soft: time.Unix(0, soft), Hard: time.Unix(0, hard), LoadCost: cost, Negative: negative}
+	raw := AppendEntry(make([]byte, 0, envelopeHeader+len(val)), e)
+	m, _ := decodeMeta(raw) // cannot fail: just encoded
+	return m
+}
+
+// storeLocal copies an entry read from the shared tier into this process's
+// tiers, unless the key was invalidated after the flight began.
+func (n *Namespace) storeLocal(f *flight, key string, m *meta, now int64) {
+	if !f.beginStore() {
+		f.endStore()
+		n.ctr.inc(evDroppedStaleSet)
+		return
+	}
+	n.putLocal(key, m, now)
+	f.endStore()
+}
+
+func (n *Namespace) putLocal(key string, m *meta, now int64) {
+	size := int64(len(m.raw)+len(key)) + entryOverhead
+	if n.hot != nil && n.admitHot(key, now) {
+		// Never past the soft time: a hot-tier hit is always fresh.
+		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
+			n.hot.Set(key, *m, size, exp)
+		}
+	}
+	if n.lkg != nil {
+		if m.negative {
+			n.lkg.Delete(key)
+		} else {
+			n.lkg.Set(key, *m, size, m.hard+int64(n.p.StaleIfError))
+		}
+	}
+}
+
+// admitHot reports whether key may enter the hot tier now.
+func (n *Namespace) admitHot(key string, now int64) bool {
+	if n.p.Hot.Keys == HotDetected && !n.isHot(key, now) {
+		return false
+	}
+	return n.p.Hot.Admit == nil || n.p.Hot.Admit(key)
+}
