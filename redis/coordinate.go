@@ -170,7 +170,10 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	if len(cmds) == 0 {
 		return errors.Join(errs...)
 	}
-	results, err := t.toPrimaries(ctx, t.opts.WriteTimeout, cmds)
+	// One WriteTimeout for the keys and their copies.
+	wctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
+	defer cancel()
+	results, err := t.toPrimaries(wctx, t.opts.WriteTimeout, cmds)
 	if err != nil {
 		countFailure(err, &c.deleteErrors, &c.delBypassed, len(cmds))
 		return errors.Join(append(errs, fmt.Errorf("redis tier invalidate %d keys: %w", len(cmds), err))...)
@@ -191,7 +194,7 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	// Only keys that had copies cost a second round trip. A key whose own
 	// invalidation failed is returned as failed and its invalidation is
 	// repeated whole: its registry, untouched, still names its copies.
-	errs = append(errs, t.invalidateCopies(ctx, smeared)...)
+	errs = append(errs, t.invalidateCopies(wctx, ctx, smeared)...)
 	return errors.Join(errs...)
 }
 

@@ -319,6 +319,9 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 	set := register(vk, rk, ver, it.TTL, copies)
 	set.keys = append(set.keys, full)
 	set.args = append(set.args, val, ms)
+	// One WriteTimeout for the key and its copies.
+	ctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
+	defer cancel()
 	n, err := t.one(ctx, t.opts.WriteTimeout, set).AsInt64()
 	if err != nil {
 		countFailure(err, &c.setErrors, &c.setBypassed, 1+len(copies))
@@ -338,8 +341,10 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, versio
 // invalidateCopies deletes the copies Invalidate took from the registries
 // of regs and raises each copy's version to its key's new version. The
 // names of copies it failed to invalidate go back into their registries, so
-// that the invalidation, repeated, finds them again.
-func (t *Tier) invalidateCopies(ctx context.Context, regs []registry) []error {
+// that the invalidation, repeated, finds them again: that runs in retry (the
+// caller's context), with a WriteTimeout of its own, because the deletes
+// may have used up ctx's deadline.
+func (t *Tier) invalidateCopies(ctx, retry context.Context, regs []registry) []error {
 	var cmds []command
 	var owner []int
 	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
@@ -379,7 +384,7 @@ func (t *Tier) invalidateCopies(ctx context.Context, regs []registry) []error {
 		back = append(back, register(r.vk, r.key, "", max(keep, time.Millisecond), names))
 		keys = append(keys, r.name)
 	}
-	if err := t.write(ctx, back, labels{op: "re-register the copies of", names: keys, failed: &c.deleteErrors, skipped: &c.delBypassed}); err != nil {
+	if err := t.write(retry, back, labels{op: "re-register the copies of", names: keys, failed: &c.deleteErrors, skipped: &c.delBypassed}); err != nil {
 		errs = append(errs, err)
 	}
 	return errs

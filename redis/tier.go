@@ -38,9 +38,11 @@
 // read returns at once with an error wrapping holdfast.ErrBypassed, so the
 // Cache falls back to last-known-good or its loader without waiting. A
 // failing node counts against the tier's breaker only when no more nodes
-// may be ejected, so one bad node never opens it for all. NodeStats reports
-// each node. Options.Cluster tunes all of it; Disabled restores rueidis's
-// own routing to primaries.
+// may be ejected, so one bad node never opens it for all. Every command for
+// a slot's primary (writes, scripts, leases, version reads) is accounted to
+// that primary the same way, and refused at once while it is ejected
+// (toPrimaries). NodeStats reports each node. Options.Cluster tunes all of
+// it; Disabled restores rueidis's own routing to primaries.
 //
 // rueidis honours a ctx deadline on an established, pipelined connection,
 // but a call that has to reconnect can be held inside rueidis past it (the
