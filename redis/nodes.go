@@ -12,7 +12,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Per-node health in Cluster mode (seed 002). A breaker on the whole tier
+// Per-node health in Cluster mode. A breaker on the whole tier
 // stays closed when one node of many fails, and rueidis's slot map lags the
 // real connections, so each node gets its own isolation:
 //
@@ -27,23 +27,32 @@ import (
 //   - readiness (readiness.go), polled in the background every second;
 //   - random routing (routing.go): each read goes to a node picked uniformly
 //     among its slot's primary and ready replicas, never by latency (routing
-//     to the fastest node made 5-10x skew in the seed).
+//     to the fastest node skewed the load five to ten times).
 //
 // The slot map is in topology.go, the per-node counters in nodestats.go.
 //
-// Reads use one rueidis client per node (nodeSet.newNode), dialled through
-// dialNode so that every connection runs READONLY and is watched. Writes and
+// Reads use two rueidis clients per node (nodeSet.newNode), dialled through
+// dialNode so that every connection is watched: one runs READONLY, for
+// reads spread over primaries and replicas; the other does not, for reads
+// that must see the primary's data (a slot this Tier just wrote), which a
+// node that is no longer the primary answers with MOVED. Writes and the
 // MOVED/ASK follow-ups use the tier's Cluster client, which routes to
-// primaries. One goroutine (run) schedules the background work: the
-// watchdog scan each tick, the slot map every TopologyInterval (and at once
-// after a MOVED), the readiness polls, and the probes; the I/O itself runs
-// on goroutines owned by the Tier, one at most per node and kind.
+// primaries and follows redirects itself. One goroutine (run) schedules
+// the background work: the watchdog scan each tick, the slot map every
+// TopologyInterval (and at once after a MOVED, ASK, CLUSTERDOWN or a role
+// change seen by a poll), the readiness polls, and the probes; the I/O
+// itself runs on goroutines owned by the Tier, one at most per node and
+// kind.
 
 // node is one Cluster node.
 type node struct {
 	addr   string
 	set    *nodeSet
-	client rueidis.Client
+	client rueidis.Client // READONLY: reads, polls, probes
+	// asPrimary has no READONLY: reads that must see the primary's data
+	// (routing.go) go there, and a node that is not the slot's primary
+	// answers MOVED instead of its own copy.
+	asPrimary rueidis.Client
 
 	_                                   [64]byte
 	requests, failures, timeouts, reads counter
@@ -53,6 +62,7 @@ type node struct {
 	ready     atomic.Bool
 	primary   atomic.Bool  // role in the current slot map
 	lastBad   atomic.Int64 // Clock's unix nanoseconds of the last failure; 0 if none
+	polledAt  atomic.Int64 // sinceStart when the last good poll was sent; 0 if none
 	gen       atomic.Uint64
 	pollNow   atomic.Bool
 	closes    atomic.Uint64
@@ -139,14 +149,27 @@ func newNodeSet(t *Tier) (*nodeSet, error) {
 	return s, nil
 }
 
-// newNode creates a node and its client. The client dials at once; a node
-// that does not answer is still returned (ForceSingleClient), to be found
-// out by its requests.
+// newNode creates a node and its clients. They dial at once; a node that
+// does not answer is still returned (ForceSingleClient), to be found out by
+// its requests.
 func (s *nodeSet) newNode(addr string) *node {
 	n := &node{addr: addr, set: s, conns: make(map[*watchedConn]struct{}), ej: newEjector(s.o)}
+	if n.client = s.nodeClient(n, true); n.client == nil {
+		return nil
+	}
+	if n.asPrimary = s.nodeClient(n, false); n.asPrimary == nil {
+		n.client.Close()
+		return nil
+	}
+	return n
+}
+
+// nodeClient creates a client of n's own, whose connections are watched
+// and, when readonly is set, send READONLY.
+func (s *nodeSet) nodeClient(n *node, readonly bool) rueidis.Client {
 	o := s.t.opts
 	co := rueidis.ClientOption{
-		InitAddress:       []string{addr},
+		InitAddress:       []string{n.addr},
 		Username:          o.Username,
 		Password:          o.Password,
 		TLSConfig:         o.TLS,
@@ -157,16 +180,18 @@ func (s *nodeSet) newNode(addr string) *node {
 		ForceSingleClient: true,
 		PipelineMultiplex: -1, // one connection per node, as rueidis's Cluster client
 		DialCtxFn: func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-			return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password)
+			return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password, readonly)
 		},
 	}
 	co.Dialer.Timeout = o.DialTimeout
 	c, _ := rueidis.NewClient(co)
-	if c == nil {
-		return nil
-	}
-	n.client = c
-	return n
+	return c
+}
+
+// close closes n's clients, which makes calls still inside them return.
+func (n *node) close() {
+	n.client.Close()
+	n.asPrimary.Close()
 }
 
 // run is the background loop; Close stops it.
@@ -405,6 +430,6 @@ func (s *nodeSet) closeAll() {
 	s.retired = map[string]retiredNode{}
 	s.mu.Unlock()
 	for _, n := range nodes {
-		n.client.Close()
+		n.close()
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// Replica readiness (seed 002: a replica in full resync took traffic,
-// answered empty, and the write storm that followed broke the resync again).
+// Replica readiness: a replica in full resync that takes traffic answers
+// empty, and the write storm that follows can break the resync again.
 // Liveness is not readiness: a replica takes reads only when its own INFO
 // says it holds its primary's data. Every node is polled in the background,
 // all of them at once every ReadinessInterval, with INFO replication
@@ -114,6 +114,7 @@ func readiness(r replState, primaryOffset, maxLag int64) (ready bool, reason str
 // repeated.
 func (s *nodeSet) poll(n *node) {
 	gen := n.gen.Load()
+	sent := s.sinceStart()
 	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
 	text, err := n.client.Do(ctx, n.client.B().Info().Section("replication").Section("persistence").Build()).ToString()
 	cancel()
@@ -133,8 +134,14 @@ func (s *nodeSet) poll(n *node) {
 	default:
 		n.polls.Add(1)
 		n.repl, n.replGen, n.replOK = rs, gen, true
+		n.polledAt.Store(sent)
 	}
 	n.mu.Unlock()
+	if err == nil && rs.primary != n.primary.Load() {
+		// The node changed role since the map was read (a failover): the
+		// map is behind.
+		s.kickTopology()
+	}
 	s.assess(n)
 }
 
@@ -157,6 +164,11 @@ func (s *nodeSet) assess(n *node) {
 	var ready bool
 	var reason string
 	switch {
+	case n.replOK && n.replGen == n.gen.Load() && isPrimary && !n.repl.primary:
+		// A demoted primary answers READONLY reads from its old data until
+		// its resync, which can take seconds to begin: it takes no reads
+		// until the map, refreshed at once (poll), lists it as a replica.
+		ready, reason = false, "a replica, the primary in the slot map"
 	case n.replOK && n.replGen == n.gen.Load():
 		ready, reason = readiness(n.repl, primaryOffset, s.o.MaxReplicaLag)
 	case isPrimary:

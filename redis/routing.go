@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -14,40 +15,69 @@ import (
 
 // Read routing in Cluster mode. Each read goes to a node picked uniformly at
 // random among its slot's primary and ready replicas that are not ejected
-// (random, not latency-based: seed 002's 5-10x skew). Reads of a slot this
-// Tier wrote within PrimaryAfterWrite go to the primary while it is
-// eligible, so a process reads its own writes. When no node of the slot is
-// eligible the read returns at once with an error wrapping
+// (random, not latency-based: routing to the fastest node skewed the load
+// five to ten times), over that node's READONLY connection. When no node of
+// the slot is eligible the read returns at once with an error wrapping
 // holdfast.ErrBypassed: the Cache then serves its last-known-good value or
-// loads, without waiting for a budget to run out. A MOVED or ASK reply (the
-// map is behind the cluster) is followed through rueidis's Cluster client
-// and refreshes the map at once.
+// loads, without waiting for a budget to run out.
+//
+// A process reads its own writes and invalidations whatever the topology
+// does. A READONLY connection answers from whatever data the node holds, and
+// the slot map and the readiness polls can each be a second old: after a
+// failover the demoted primary, still the primary in the map and still
+// ready from its last poll, answers from its old data (a resync can take
+// seconds to begin) instead of MOVED. So a slot this Tier wrote is read
+// from the map's primary over its connection without READONLY
+// (node.asPrimary), watched like the others: a node that is no longer the
+// slot's primary answers MOVED, which is followed through rueidis's
+// Cluster client (t.client), and the map is refreshed. That lasts while
+// the write is within PrimaryAfterWrite, and after that until the node
+// picked has been polled since the write (node.polledAt): a poll that
+// finds a demoted primary takes it out (readiness.go). While the map's
+// primary is ejected, its replicas serve a written slot only once polled
+// since the write; until then the read is bypassed.
+//
+// A MOVED or ASK reply (the map is behind the cluster: a slot moved, or is
+// being migrated) is a healthy answer: it is reported to the node as a
+// success, followed through t.client (which follows MOVED and sends ASKING
+// for ASK itself) and refreshes the map at once. A replica never answers
+// ASK: during a migration it answers nil for the keys already moved to the
+// target, and a lagging replica for keys just written. So a miss from a
+// replica is read again from the slot's primary. CLUSTERDOWN and TRYAGAIN
+// are answers too: they never count against a node.
 
-// pick returns the node to read slot from. covered is false when the slot
-// map has no node for the slot: the caller then uses rueidis's routing.
-func (s *nodeSet) pick(sl uint16) (n *node, covered bool) {
+// pick returns the node to read slot sl from, and whether the read goes
+// over its connection without READONLY (viaPrimary; n is then the map's
+// primary). covered is false when the map has no node for the slot: the
+// caller then uses rueidis's routing alone.
+func (s *nodeSet) pick(sl uint16) (n *node, viaPrimary, covered bool) {
 	tp := s.topo.Load()
 	si := tp.slots[sl]
 	if si < 0 {
-		return nil, false
+		return nil, false, false
 	}
 	nodes := tp.shards[si].nodes
+	p := nodes[0]
+	w := s.written[sl].Load()
+	if s.recentlyWritten(w) && !p.ejected.Load() {
+		return p, true, true
+	}
 	var buf [8]*node
 	cand := buf[:0]
 	for _, x := range nodes {
-		if !x.ejected.Load() && x.ready.Load() {
+		if !x.ejected.Load() && x.ready.Load() && (w == 0 || x.polledAt.Load() > w) {
 			cand = append(cand, x)
 		}
 	}
 	switch {
+	case len(cand) == 0 && w != 0 && !p.ejected.Load():
+		return p, true, true // no node polled since the write yet
 	case len(cand) == 0:
-		return nil, true
-	case cand[0] == nodes[0] && s.recentlyWritten(sl):
-		return cand[0], true
+		return nil, false, true
 	case len(cand) == 1:
-		return cand[0], true
+		return cand[0], false, true
 	}
-	return cand[rand.IntN(len(cand))], true
+	return cand[rand.IntN(len(cand))], false, true
 }
 
 // primaryFor returns the primary serving sl in the map, or nil.
@@ -59,16 +89,23 @@ func (s *nodeSet) primaryFor(sl uint16) *node {
 	return nil
 }
 
+// sinceStart is the node set's clock for writes and polls: nanoseconds since
+// it was created, monotonic, never 0.
 func (s *nodeSet) sinceStart() int64 { return int64(time.Since(s.start)) + 1 }
 
+// wrote records a write to slot sl, unless PrimaryAfterWrite is off. The
+// write is recorded before it is sent and again when it is answered, so
+// that a poll counts as newer than the write only if it was sent after the
+// reply (see pick).
 func (s *nodeSet) wrote(sl uint16) {
 	if s.o.PrimaryAfterWrite > 0 && sl < slotCount { // keyless commands have no slot
 		s.written[sl].Store(s.sinceStart())
 	}
 }
 
-func (s *nodeSet) recentlyWritten(sl uint16) bool {
-	w := s.written[sl].Load()
+// recentlyWritten reports whether w, a slot's last write, is within
+// PrimaryAfterWrite.
+func (s *nodeSet) recentlyWritten(w int64) bool {
 	return w != 0 && time.Duration(s.sinceStart()-w) < s.o.PrimaryAfterWrite
 }
 
@@ -96,20 +133,44 @@ func (t *Tier) nodeGuarded(n *node) bool {
 	return n.suspect(t.opts.Clock) || t.br.State() != breaker.Closed
 }
 
-// isRedirect reports a MOVED or ASK reply.
+// isRedirect reports a MOVED or ASK reply, or TRYAGAIN (a multi-key
+// command whose keys are split between the two nodes of a migration): the
+// map is behind the cluster, and the command has to go elsewhere.
 func isRedirect(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
 	if !ok {
 		return false
 	}
-	_, redirect := re.IsRedirect()
-	return redirect
+	if _, moved := re.IsMoved(); moved {
+		return true
+	}
+	_, ask := re.IsAsk()
+	return ask || re.IsTryAgain()
+}
+
+// clusterAnswer reports a reply by which a node says the cluster is
+// changing under the request (MOVED, ASK, TRYAGAIN, CLUSTERDOWN): the node
+// answered, so it is healthy, and the map needs a refresh.
+func clusterAnswer(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && (re.IsClusterDown() || isRedirect(err))
 }
 
 // nodeOutcome reports a node request's result to its node and returns the
 // outcome for the tier's breaker. n nil means the request went through
-// rueidis's routing and is the tier's alone.
+// rueidis's routing and is the tier's alone. A reply about the cluster's
+// configuration (clusterAnswer) is a success for the node and the breaker
+// alike, and refreshes the map.
 func (t *Tier) nodeOutcome(ctx context.Context, n *node, err error) breaker.Outcome {
+	if clusterAnswer(err) {
+		if t.nodes != nil {
+			t.nodes.kickTopology()
+			if n != nil {
+				t.nodes.report(n, false, false)
+			}
+		}
+		return breaker.Success
+	}
 	o := outcome(ctx, err)
 	if n == nil {
 		if o == breaker.Failure {
@@ -168,14 +229,29 @@ func (t *Tier) nodeGet(ctx context.Context, gen uint64, key, full string) ([]byt
 	return t.getResult(key, res)
 }
 
+// hasMiss reports a nil reply, or an array reply (MGET) with a nil in it.
+func hasMiss(res rueidis.RedisResult) bool {
+	err := res.Error()
+	if rueidis.IsRedisNil(err) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	arr, err := res.ToArray()
+	return err == nil && slices.ContainsFunc(arr, func(m rueidis.RedisMessage) bool { return m.IsNil() })
+}
+
 // nodeRead sends the read command built by cmd, whose keys are all in
 // full's slot, to a node picked for that slot, and reports the outcome to
-// the node and to the tier's breaker. err is set, and nothing sent, when no
-// node of the slot is eligible.
+// the node and to the tier's breaker. A miss from a replica is read again
+// from the slot's primary, and a redirect through rueidis's routing (see
+// the file comment). err is set, and nothing sent, when no node of the
+// slot is eligible.
 func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd func(rueidis.Builder) rueidis.Completed) (_ rueidis.RedisResult, err error) {
 	c := &t.stats
 	sl := slot(full)
-	n, covered := t.nodes.pick(sl)
+	n, viaPrimary, covered := t.nodes.pick(sl)
 	if n == nil && covered {
 		t.br.Done(gen, breaker.Ignore)
 		c.bypassed.add(1)
@@ -185,83 +261,109 @@ func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd f
 	defer cancel()
 	var res rueidis.RedisResult
 	o := breaker.Ignore
-	if n != nil {
-		n.requests.add(1)
-		cmd := cmd(n.client.B())
-		if t.nodeGuarded(n) {
-			res = guard(rctx, t, func() rueidis.RedisResult { return n.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
-		} else {
-			res = n.client.Do(rctx, cmd)
-		}
+	if n != nil && !viaPrimary {
+		res, o = t.readFrom(ctx, rctx, n, n.client, cmd)
 		err := res.Error()
-		if isRedirect(err) {
-			t.nodes.report(n, false, false)
-			t.nodes.kickTopology()
+		switch p := t.nodes.primaryFor(sl); {
+		case isRedirect(err):
 			n = nil
-		} else {
-			o = t.nodeOutcome(ctx, n, err)
-			if err == nil || rueidis.IsRedisNil(err) {
-				n.reads.add(1)
-			}
+		case p != n && p != nil && !p.ejected.Load() && hasMiss(res):
+			n, viaPrimary = p, true // a replica's miss
+		default:
+			t.br.Done(gen, o)
+			return res, nil
 		}
 	}
-	if n == nil {
-		// Not in our map, or redirected: rueidis's Cluster routing.
-		cmd := cmd(t.client.B())
-		res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
-		o = worse(o, t.nodeOutcome(ctx, nil, res.Error()))
+	if viaPrimary {
+		var po breaker.Outcome
+		res, po = t.readFrom(ctx, rctx, n, n.asPrimary, cmd)
+		o = worse(o, po)
+		if !isRedirect(res.Error()) {
+			t.br.Done(gen, o)
+			return res, nil
+		}
 	}
-	t.br.Done(gen, o)
+	// Not in the map, or redirected: rueidis's Cluster routing, which
+	// follows MOVED and ASK.
+	built := cmd(t.client.B())
+	res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, built) }, rueidis.NewErrorResult)
+	t.br.Done(gen, worse(o, t.nodeOutcome(ctx, nil, res.Error())))
 	return res, nil
 }
 
-// nodeBatch is the MGETs of one GetMany that go to one node.
+// readFrom sends the command built by cmd to n over c, one of n's clients,
+// and reports the outcome to n; it returns the outcome for the tier's
+// breaker.
+func (t *Tier) readFrom(ctx, rctx context.Context, n *node, c rueidis.Client, cmd func(rueidis.Builder) rueidis.Completed) (rueidis.RedisResult, breaker.Outcome) {
+	n.requests.add(1)
+	built := cmd(c.B())
+	res := t.callGuarded(rctx, n, func() rueidis.RedisResult { return c.Do(rctx, built) })
+	err := res.Error()
+	if err == nil || rueidis.IsRedisNil(err) {
+		n.reads.add(1)
+	}
+	return res, t.nodeOutcome(ctx, n, err)
+}
+
+// callGuarded runs call, under guard when a call to n should be (see
+// nodeGuarded).
+func (t *Tier) callGuarded(ctx context.Context, n *node, call func() rueidis.RedisResult) rueidis.RedisResult {
+	if t.nodeGuarded(n) {
+		return guard(ctx, t, call, rueidis.NewErrorResult)
+	}
+	return call()
+}
+
+// nodeBatch is the MGETs of one GetMany that go to one node, or through the
+// Cluster client.
 type nodeBatch struct {
-	n    *node // nil: rueidis's Cluster routing
-	gis  []int // group indexes
-	cmds rueidis.Commands
-	ch   chan []rueidis.RedisResult
+	n          *node // nil: rueidis's Cluster routing, not attributed
+	viaPrimary bool  // over n's connection without READONLY
+	gis        []int // group indexes
+	cmds       rueidis.Commands
+	ch         chan []rueidis.RedisResult
+}
+
+type batchKey struct {
+	n          *node
+	viaPrimary bool
 }
 
 // nodeMGet sends the groups of a GetMany, one batch per node, concurrently,
 // and returns one result per group. Groups with no eligible node get an
-// error wrapping holdfast.ErrBypassed and are not sent.
-func (t *Tier) nodeMGet(ctx context.Context, groups []group) ([]rueidis.RedisResult, []bool, breaker.Outcome) {
-	results := make([]rueidis.RedisResult, len(groups))
-	bypassed := make([]bool, len(groups))
+// error wrapping holdfast.ErrBypassed and are not sent. A group that was
+// redirected, or that a replica answered with misses, is read again key by
+// key through the Cluster client (an MGET over keys split between the two
+// nodes of a migration is refused with TRYAGAIN); its values are then in
+// perKey[gi], in the group's key order, and results[gi] is to be ignored.
+func (t *Tier) nodeMGet(ctx context.Context, groups []group) (results []rueidis.RedisResult, perKey [][]rueidis.RedisMessage, bypassed []bool, o breaker.Outcome) {
+	results = make([]rueidis.RedisResult, len(groups))
+	bypassed = make([]bool, len(groups))
 	var batches []*nodeBatch
-	byNode := map[*node]*nodeBatch{}
+	byNode := map[batchKey]*nodeBatch{}
 	for gi, g := range groups {
 		sl := slot(g.keys[0])
-		n, covered := t.nodes.pick(sl)
+		n, viaPrimary, covered := t.nodes.pick(sl)
 		if n == nil && covered {
 			bypassed[gi] = true
 			results[gi] = rueidis.NewErrorResult(fmt.Errorf("no node of slot %d is ready: %w", sl, holdfast.ErrBypassed))
 			continue
 		}
-		b := byNode[n]
+		k := batchKey{n, viaPrimary}
+		b := byNode[k]
 		if b == nil {
-			b = &nodeBatch{n: n, ch: make(chan []rueidis.RedisResult, 1)}
-			byNode[n] = b
+			b = &nodeBatch{n: n, viaPrimary: viaPrimary, ch: make(chan []rueidis.RedisResult, 1)}
+			byNode[k] = b
 			batches = append(batches, b)
 		}
 		b.gis = append(b.gis, gi)
-		if n == nil {
-			b.cmds = append(b.cmds, t.client.B().Mget().Key(g.keys...).Build())
-		} else {
-			b.cmds = append(b.cmds, n.client.B().Mget().Key(g.keys...).Build())
-		}
+		b.cmds = append(b.cmds, b.client(t).B().Mget().Key(g.keys...).Build())
 	}
-	o := breaker.Ignore
+	o = breaker.Ignore
 	if len(batches) == 0 {
-		return results, bypassed, o
+		return results, nil, bypassed, o
 	}
-	send := func(b *nodeBatch) []rueidis.RedisResult {
-		if b.n == nil {
-			return t.client.DoMulti(ctx, b.cmds...)
-		}
-		return b.n.client.DoMulti(ctx, b.cmds...)
-	}
+	send := func(b *nodeBatch) []rueidis.RedisResult { return b.client(t).DoMulti(ctx, b.cmds...) }
 	if len(batches) == 1 && batches[0].n != nil && !t.nodeGuarded(batches[0].n) {
 		batches[0].ch <- send(batches[0])
 	} else {
@@ -271,7 +373,7 @@ func (t *Tier) nodeMGet(ctx context.Context, groups []group) ([]rueidis.RedisRes
 			}
 		}
 	}
-	var redirected []int
+	var again []recheck
 	for _, b := range batches {
 		var rs []rueidis.RedisResult
 		select {
@@ -283,9 +385,14 @@ func (t *Tier) nodeMGet(ctx context.Context, groups []group) ([]rueidis.RedisRes
 		for j, gi := range b.gis {
 			results[gi] = rs[j]
 			err := rs[j].Error()
-			if b.n != nil && isRedirect(err) {
-				redirected = append(redirected, gi)
+			switch {
+			case isRedirect(err):
+				again = append(again, recheck{gi: gi})
 				continue
+			case err == nil && b.n != nil && !b.viaPrimary && hasMiss(rs[j]):
+				if p := t.nodes.primaryFor(slot(groups[gi].keys[0])); p != b.n && p != nil && !p.ejected.Load() {
+					again = append(again, recheck{gi: gi, owner: p})
+				}
 			}
 			if err != nil && firstErr == nil {
 				firstErr = err
@@ -299,47 +406,126 @@ func (t *Tier) nodeMGet(ctx context.Context, groups []group) ([]rueidis.RedisRes
 		}
 		o = worse(o, t.nodeOutcome(ctx, b.n, firstErr))
 	}
-	if len(redirected) > 0 {
-		t.nodes.kickTopology()
-		cmds := make(rueidis.Commands, len(redirected))
-		for i, gi := range redirected {
-			cmds[i] = t.client.B().Mget().Key(groups[gi].keys...).Build()
+	if len(again) > 0 {
+		perKey = make([][]rueidis.RedisMessage, len(groups))
+		o = worse(o, t.readKeyByKey(ctx, groups, results, again, perKey))
+	}
+	return results, perKey, bypassed, o
+}
+
+// client is the rueidis client a batch is sent with.
+func (b *nodeBatch) client(t *Tier) rueidis.Client {
+	switch {
+	case b.n == nil:
+		return t.client
+	case b.viaPrimary:
+		return b.n.asPrimary
+	}
+	return b.n.client
+}
+
+// recheck is a GetMany group read again key by key: redirected (owner nil,
+// the map is behind), or a replica's answer with misses (owner is the
+// slot's primary, which is asked for the missing keys only).
+type recheck struct {
+	gi    int
+	owner *node
+}
+
+// readKeyByKey reads the groups in again with one GET per key, pipelined
+// through the Cluster client, which follows MOVED and ASK for each key on
+// its own, and sets perKey for each group that got all its answers; a
+// group with a failed GET gets that error in results. It returns the
+// outcome for the tier's breaker.
+func (t *Tier) readKeyByKey(ctx context.Context, groups []group, results []rueidis.RedisResult, again []recheck, perKey [][]rueidis.RedisMessage) breaker.Outcome {
+	var cmds rueidis.Commands
+	type sent struct{ gi, j int } // group, key index
+	var at []sent
+	for _, r := range again {
+		var have []rueidis.RedisMessage
+		if r.owner != nil {
+			have, _ = results[r.gi].ToArray()
 		}
-		rs := guard(ctx, t, func() []rueidis.RedisResult { return t.client.DoMulti(ctx, cmds...) },
-			func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
-		var firstErr error
-		for i, gi := range redirected {
-			results[gi] = rs[i]
-			if err := rs[i].Error(); err != nil && firstErr == nil {
-				firstErr = err
+		for j, k := range groups[r.gi].keys {
+			if have == nil || have[j].IsNil() {
+				cmds = append(cmds, t.client.B().Get().Key(k).Build())
+				at = append(at, sent{r.gi, j})
 			}
 		}
-		o = worse(o, t.nodeOutcome(ctx, nil, firstErr))
+		perKey[r.gi] = have
+		if perKey[r.gi] == nil {
+			perKey[r.gi] = make([]rueidis.RedisMessage, len(groups[r.gi].keys))
+		}
 	}
-	return results, bypassed, o
+	rs := guard(ctx, t, func() []rueidis.RedisResult { return t.client.DoMulti(ctx, cmds...) },
+		func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
+	owners := map[int]*node{}
+	firstErr := map[*node]error{} // per owner, nil included
+	for _, r := range again {
+		owners[r.gi] = r.owner
+		firstErr[r.owner] = nil
+	}
+	for i, s := range at {
+		owner := owners[s.gi]
+		msg, err := rs[i].ToMessage()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			if firstErr[owner] == nil {
+				firstErr[owner] = err
+			}
+			if perKey[s.gi] != nil { // the group fails with its first error
+				results[s.gi], perKey[s.gi] = rs[i], nil
+			}
+			continue
+		}
+		if perKey[s.gi] != nil {
+			perKey[s.gi][s.j] = msg
+		}
+		if owner != nil {
+			owner.reads.add(1)
+		}
+	}
+	o := breaker.Ignore
+	for n, err := range firstErr {
+		if n != nil {
+			n.requests.add(1)
+		}
+		o = worse(o, t.nodeOutcome(ctx, n, err))
+	}
+	return o
 }
 
 // noteWrites wraps the tier's Cluster client so that every write sent
 // through it, the tier's own and any other code's (coordinate.go), marks
-// its slot for PrimaryAfterWrite.
+// its slot for PrimaryAfterWrite, before it is sent and again when it is
+// answered (see wrote).
 type noteWrites struct {
 	rueidis.Client
 	s *nodeSet
 }
 
 func (w noteWrites) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if !cmd.IsReadOnly() {
-		w.s.wrote(cmd.Slot())
+	if cmd.IsReadOnly() {
+		return w.Client.Do(ctx, cmd)
 	}
+	sl := cmd.Slot() // rueidis may recycle cmd once answered
+	w.s.wrote(sl)
+	defer w.s.wrote(sl)
 	return w.Client.Do(ctx, cmd)
 }
 
 func (w noteWrites) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	var slots []uint16
 	for _, cmd := range multi {
 		if !cmd.IsReadOnly() {
+			slots = append(slots, cmd.Slot())
 			w.s.wrote(cmd.Slot())
 		}
 	}
+	defer func() {
+		for _, sl := range slots {
+			w.s.wrote(sl)
+		}
+	}()
 	return w.Client.DoMulti(ctx, multi...)
 }
 

@@ -54,7 +54,7 @@ func TestRoutingChoices(t *testing.T) {
 	count := func() map[string]int {
 		got := map[string]int{}
 		for i := 0; i < 2000; i++ {
-			n, covered := s.pick(uint16(i % slotCount))
+			n, _, covered := s.pick(uint16(i % slotCount))
 			if !covered {
 				t.Fatal("slot not covered")
 			}
@@ -77,11 +77,28 @@ func TestRoutingChoices(t *testing.T) {
 	s.o.PrimaryAfterWrite = time.Minute
 	s.wrote(5)
 	for i := 0; i < 100; i++ {
-		if n, _ := s.pick(5); n != p {
-			t.Fatal("a slot just written read from a replica")
+		if n, via, _ := s.pick(5); n != p || !via {
+			t.Fatal("a slot just written was not read from its primary through the Cluster client")
 		}
 	}
+	// Past PrimaryAfterWrite, a node takes a written slot's reads over its
+	// READONLY connection only once polled since the write.
+	s.o.PrimaryAfterWrite = time.Nanosecond
+	s.wrote(6)
+	time.Sleep(time.Millisecond)
+	if n, via, _ := s.pick(6); n != p || !via {
+		t.Fatal("a written slot read over READONLY from a node not polled since the write")
+	}
+	p.polledAt.Store(s.sinceStart())
+	if n, via, _ := s.pick(6); n != p || via {
+		t.Fatalf("the primary, polled since the write, is not read directly (%v)", via)
+	}
+	s.o.PrimaryAfterWrite = time.Minute
 	p.ejected.Store(true)
+	if n, _, _ := s.pick(5); n != nil {
+		t.Fatalf("primary ejected: a slot just written read from %s, not polled since the write", n.addr)
+	}
+	r.polledAt.Store(s.sinceStart())
 	if got := count(); got["r"] != 2000 {
 		t.Fatalf("primary ejected: %v", got)
 	}

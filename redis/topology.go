@@ -15,8 +15,9 @@ import (
 )
 
 // The slot map: which nodes serve which hash slots, read with CLUSTER SLOTS
-// every TopologyInterval, at once after a MOVED or ASK, and after a lost
-// node connection.
+// every TopologyInterval, and at once after a MOVED, ASK, TRYAGAIN or
+// CLUSTERDOWN reply, a lost node connection, or a poll that finds a node in
+// another role than the map's.
 
 // topology is an immutable snapshot of the slot map.
 type topology struct {
@@ -211,7 +212,7 @@ func (s *nodeSet) install(m slotMap) {
 	}
 	s.mu.Unlock()
 	for _, n := range expired {
-		n.client.Close()
+		n.close()
 	}
 
 	// Dial new nodes outside the lock and in parallel: each may take
@@ -237,13 +238,13 @@ func (s *nodeSet) install(m slotMap) {
 	if s.closed {
 		s.mu.Unlock()
 		for _, n := range created {
-			n.client.Close()
+			n.close()
 		}
 		return
 	}
 	for a, n := range created {
 		if _, ok := s.nodes[a]; ok {
-			n.client.Close() // a concurrent install got there first
+			n.close() // a concurrent install got there first
 			continue
 		}
 		s.nodes[a] = n
@@ -297,7 +298,13 @@ func (s *nodeSet) install(m slotMap) {
 		for i, n := range sh.nodes {
 			was := n.primary.Swap(i == 0)
 			if was != (i == 0) {
-				n.pollNow.Store(true) // a role change: poll it at once
+				// A role change: the last poll describes the old role (a
+				// demoted primary's said ready as a primary), so the node
+				// is judged afresh, and polled at once.
+				n.mu.Lock()
+				n.replOK = false
+				n.mu.Unlock()
+				n.pollNow.Store(true)
 			}
 		}
 	}

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// The silent-connection watchdog (seed 002: "a connection silent for 1 s is
-// closed").
+// The silent-connection watchdog: a connection with a request outstanding
+// and nothing received for 1 s is closed.
 //
 // rueidis already has ConnWriteTimeout (Options.ConnTimeout): a timer per
 // connection fires every Dialer.KeepAlive (1 s); if nothing was received
@@ -105,13 +105,14 @@ func (w *connWatch) silent(lastWrite, lastRead uint64, now time.Time, timeout ti
 	return now.Sub(w.since) >= timeout
 }
 
-// dialNode connects to a Cluster node for the node's own client: TCP (or
-// TLS), then AUTH when configured and READONLY, so that a replica answers
-// reads of its primary's slots instead of MOVED. READONLY is sent on every
-// node's connections, primaries included (a no-op there), so a node that
-// changes role after a failover needs no new connection. rueidis's own
+// dialNode connects to a Cluster node for one of the node's own clients:
+// TCP (or TLS), then, with readonly, AUTH when configured and READONLY, so
+// that a replica answers reads of its primary's slots instead of MOVED.
+// READONLY is sent on every node's read connections, primaries included (a
+// no-op there), so a node that changes role after a failover needs no new
+// connection; the node's asPrimary client goes without it. rueidis's own
 // handshake (HELLO) follows on the same connection.
-func dialNode(ctx context.Context, n *node, addr string, d *net.Dialer, cfg *tls.Config, user, pass string) (net.Conn, error) {
+func dialNode(ctx context.Context, n *node, addr string, d *net.Dialer, cfg *tls.Config, user, pass string, readonly bool) (net.Conn, error) {
 	var c net.Conn
 	var err error
 	if cfg != nil {
@@ -126,9 +127,11 @@ func dialNode(ctx context.Context, n *node, addr string, d *net.Dialer, cfg *tls
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	if err := readonlyHandshake(c, deadline, user, pass); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("redis tier: READONLY on %s: %w", addr, err)
+	if readonly { // without it rueidis's HELLO authenticates on its own
+		if err := readonlyHandshake(c, deadline, user, pass); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("redis tier: READONLY on %s: %w", addr, err)
+		}
 	}
 	wc := &watchedConn{Conn: c, node: n}
 	n.connOpened(wc)
