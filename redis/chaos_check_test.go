@@ -15,8 +15,11 @@ import (
 
 // Slack added to the bounds for what a harness cannot time exactly.
 const (
-	// chaosClockSlack: expiry decisions read a clock refreshed every
-	// millisecond, and a read's begin is taken before Get is entered.
+	// chaosClockSlack: a read that joins a flight gets the answer the flight
+	// decided on when it looked at the clock, up to one ReadBudget (50 ms)
+	// earlier; and expiry decisions read a clock refreshed every
+	// millisecond. A scheduling stall of the process (chaosStalls) is
+	// added: the coarse clock stands still through it.
 	chaosClockSlack = 50 * time.Millisecond
 	// chaosReplicaSlack: another process may read a replica, which applies
 	// the delete a little after its primary (README: a replica takes reads
@@ -82,14 +85,22 @@ type chaosChecker struct {
 	sched  *chaosScheduler
 	faults []chaosFault
 	reads  []chaosRead
+	stalls *chaosStalls
+	hot    *chaosSamples
+	probes *chaosProbes
+	// excused counts answers served past soft or hard by more than
+	// chaosClockSlack but within a stall of the process.
+	excused     int
+	excusedMax  time.Duration
+	excusedLate time.Duration
 	// effLanded[key][v]: the earliest time a delete of the key that came
 	// after v's supersession is known to have landed; 0: never.
 	effLanded [][]int64
 	viol      []chaosViolation
 }
 
-func newChaosChecker(b chaosBounds, db *chaosDB, sched *chaosScheduler, reads []chaosRead) *chaosChecker {
-	c := &chaosChecker{b: b, db: db, sched: sched, faults: sched.snapshot(), reads: reads}
+func newChaosChecker(b chaosBounds, db *chaosDB, sched *chaosScheduler, reads []chaosRead, stalls *chaosStalls, hot *chaosSamples) *chaosChecker {
+	c := &chaosChecker{b: b, db: db, sched: sched, faults: sched.snapshot(), reads: reads, stalls: stalls, hot: hot}
 	c.effLanded = make([][]int64, len(db.keys))
 	for k := range db.keys {
 		vs := db.keys[k].vers
@@ -115,9 +126,13 @@ func newChaosChecker(b chaosBounds, db *chaosDB, sched *chaosScheduler, reads []
 	return c
 }
 
+// inDBFault reports whether the read began while the database was slow or
+// failing, in the settle time after, or less than the latency limit before
+// (a read that began earlier had been running past the limit already when
+// the database fault began).
 func (c *chaosChecker) inDBFault(r *chaosRead) bool {
 	for _, f := range c.faults {
-		if isDBFault(f.kind) && f.start <= r.end && f.healed+int64(chaosSettle) >= r.begin {
+		if isDBFault(f.kind) && f.start-int64(c.b.latencyLimit) <= r.begin && r.begin <= f.healed+int64(chaosSettle) {
 			return true
 		}
 	}
@@ -152,25 +167,36 @@ func (c *chaosChecker) check() {
 
 func (c *chaosChecker) rel(ns int64) string { return c.sched.rel(ns) }
 
+// late checks that an answer served from a read that began at r.begin
+// was within limit (soft, hard, or hard + stale-if-error).
+func (c *chaosChecker) late(kind string, r *chaosRead, limit int64, what string) {
+	lateness := time.Duration(r.begin - limit)
+	if lateness <= chaosClockSlack {
+		return
+	}
+	stall := c.stalls.maxGap(limit-int64(time.Millisecond), r.end)
+	if lateness <= chaosClockSlack+stall {
+		c.excused++
+		c.excusedMax = max(c.excusedMax, stall)
+		c.excusedLate = max(c.excusedLate, lateness)
+		return
+	}
+	c.add(kind, r, "source %s, %s %s, read began %s: %v late (slack %v, longest scheduling stall then %v)",
+		r.src, what, c.rel(limit), c.rel(r.begin), lateness.Round(time.Microsecond), chaosClockSlack, stall)
+}
+
 func (c *chaosChecker) checkValue(r *chaosRead) {
 	b := c.b
 	vs := c.db.keys[r.key].vers
 	cv := vs[r.ver]
-	clock := int64(chaosClockSlack)
 
 	switch r.src {
 	case holdfast.SourceHot, holdfast.SourceShared, holdfast.SourceLocal:
-		if r.soft < r.begin-clock {
-			c.add(vPastSoft, r, "source %s, soft %s, read began %s (%v late)", r.src, c.rel(r.soft), c.rel(r.begin), time.Duration(r.begin-r.soft))
-		}
+		c.late(vPastSoft, r, r.soft, "soft")
 	case holdfast.SourceStale:
-		if r.hard < r.begin-clock {
-			c.add(vPastHard, r, "source %s, hard %s, read began %s (%v late)", r.src, c.rel(r.hard), c.rel(r.begin), time.Duration(r.begin-r.hard))
-		}
+		c.late(vPastHard, r, r.hard, "hard")
 	case holdfast.SourceStaleOnError:
-		if lim := r.hard + int64(b.sie); lim < r.begin-clock {
-			c.add(vPastStaleIfError, r, "hard %s + stale-if-error %v, read began %s (%v late)", c.rel(r.hard), b.sie, c.rel(r.begin), time.Duration(r.begin-lim))
-		}
+		c.late(vPastStaleIfError, r, r.hard+int64(b.sie), "hard + stale-if-error")
 	}
 	if cv.superseded == 0 {
 		return // still the current version when the run ended
@@ -195,7 +221,7 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 	if int(r.proc) == b.writer {
 		if r.begin > cv.invReturn {
 			c.add(vReadYourInval, r, "writer's process read %s, which its Invalidate had already superseded (%s; read began %v after it returned)",
-				r.srcVer(), inval, time.Duration(r.begin-cv.invReturn))
+				r.srcVer(c), inval, time.Duration(r.begin-cv.invReturn))
 		}
 		return
 	}
@@ -203,7 +229,7 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 	case holdfast.SourceShared:
 		if landed != 0 && r.begin > landed+int64(chaosReplicaSlack) {
 			c.add(vStaleShared, r, "read %s (%s; read began %v after the delete landed, bound %v)",
-				r.srcVer(), inval, time.Duration(r.begin-landed), chaosReplicaSlack)
+				r.srcVer(c), inval, time.Duration(r.begin-landed), chaosReplicaSlack)
 		}
 	case holdfast.SourceHot:
 		// A hot copy is stored at the end of a load that read the source
@@ -216,18 +242,18 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 		stored = max(stored, landed+int64(chaosReplicaSlack+b.readBudget+chaosFlightSlack))
 		if lim := stored + int64(b.hotTTL); r.begin > lim {
 			c.add(vStaleHot, r, "read %s (%s; read began %v past the bound: latest store %s + Hot.TTL %v)",
-				r.srcVer(), inval, time.Duration(r.begin-lim), c.rel(stored), b.hotTTL)
+				r.srcVer(c), inval, time.Duration(r.begin-lim), c.rel(stored), b.hotTTL)
 		}
 	case holdfast.SourceLoaded:
 		if lim := cv.superseded + int64(b.loadTimeout+chaosFlightSlack); r.begin > lim {
 			c.add(vStaleLoaded, r, "read %s (%s; a load that read the source before %s ends by %s, the read began %s)",
-				r.srcVer(), inval, c.rel(cv.superseded), c.rel(lim), c.rel(r.begin))
+				r.srcVer(c), inval, c.rel(cv.superseded), c.rel(lim), c.rel(r.begin))
 		}
 	}
 }
 
-func (r *chaosRead) srcVer() string {
-	return fmt.Sprintf("version %d from %s (origin %s)", r.ver, r.src, time.Unix(0, r.origin).Format("15:04:05.000"))
+func (r *chaosRead) srcVer(c *chaosChecker) string {
+	return fmt.Sprintf("version %d from %s (origin %s, soft %s, hard %s)", r.ver, r.src, c.rel(r.origin), c.rel(r.soft), c.rel(r.hard))
 }
 
 // checkStaleDue finds errors in a process that held a value within its
@@ -262,8 +288,17 @@ func (c *chaosChecker) checkStaleDue() {
 					break
 				}
 				if int(k.proc) == c.b.writer {
-					// The writer's Invalidate drops its local copies.
-					if sup := c.db.keys[s.key].vers[s.ver].superseded; sup != 0 && sup < r.end {
+					vs := c.db.keys[s.key].vers
+					// The writer's Invalidate drops its local copies, and
+					// a flight under way when it ran stores nothing (even
+					// a value it read after the source changed): only a
+					// read that began after the previous invalidation had
+					// returned, of a version not superseded since, left a
+					// value behind.
+					if inv := vs[s.ver].invStart; inv != 0 && inv < r.end {
+						continue
+					}
+					if s.ver > 0 && (vs[s.ver-1].invReturn == 0 || s.begin <= vs[s.ver-1].invReturn) {
 						continue
 					}
 				}
@@ -273,7 +308,7 @@ func (c *chaosChecker) checkStaleDue() {
 			}
 			if held != nil && held.hard+sie > r.end+int64(chaosHeldSlack) {
 				c.add(vErrorStaleDue, r, "%s: %s; the process held %s, hard %s, servable until %s",
-					r.errKind, r.errMsg, held.srcVer(), c.rel(held.hard), c.rel(held.hard+sie))
+					r.errKind, r.errMsg, held.srcVer(c), c.rel(held.hard), c.rel(held.hard+sie))
 			}
 		}
 	}
@@ -287,7 +322,13 @@ func (c *chaosChecker) describe(v chaosViolation) string {
 	if int(r.proc) == c.b.writer {
 		role = "writer's process"
 	}
-	return fmt.Sprintf("%s: key %s, process %d (%s), read %s–%s (%v): %s; faults active: %s",
-		v.kind, chaosKeyName(int(r.key)), r.proc, role, c.rel(r.begin), c.rel(r.end),
+	key := chaosKeyName(int(r.key))
+	if c.probes != nil {
+		if pr := c.probes.result(r); pr != "" {
+			v.detail += "; " + pr
+		}
+	}
+	return fmt.Sprintf("%s: key %s (%s in that process then), process %d (%s), read %s–%s (%v): %s; faults active: %s",
+		v.kind, key, c.hot.hotAt(int(r.proc), key, r.begin), r.proc, role, c.rel(r.begin), c.rel(r.end),
 		time.Duration(r.end-r.begin).Round(time.Microsecond), v.detail, describeFaults(c.sched, v.faults))
 }

@@ -27,7 +27,7 @@ const (
 	faultKillData  = "kill+data"  // a replica: SAVE, SIGKILL, down 0.5–3 s, restarted with that snapshot
 	faultDBSlow    = "db-slow"    // loader latency 200–800 ms
 	faultDBFailing = "db-failing" // loader errors
-	faultReshard   = "reshard"    // 100–2,000 slots between two primaries
+	faultReshard   = "reshard"    // 100–2,000 slots between two primaries (100–600 in a short run)
 	faultFailover  = "failover"   // CLUSTER FAILOVER on a replica
 	faultTakeover  = "takeover"   // CLUSTER FAILOVER TAKEOVER on a replica
 	faultAdd       = "add-primary"
@@ -64,18 +64,30 @@ func (f chaosFault) String() string {
 const chaosSettle = time.Second
 
 type chaosScheduler struct {
-	t      *testing.T
-	cl     *redistest.RedisCluster
-	db     *chaosDB
-	rng    *rand.Rand
-	epoch  time.Time
-	heal   time.Duration // bound of one wait for the cluster to heal
-	logf   func(format string, args ...any)
-	added  *redistest.Server
-	failed error // the first harness failure: the cluster did not heal
+	t     *testing.T
+	cl    *redistest.RedisCluster
+	db    *chaosDB
+	rng   *rand.Rand
+	epoch time.Time
+	heal  time.Duration // bound of one wait for the cluster to heal
+	logf  func(format string, args ...any)
+	// maxSlots bounds the slots a reshard or a new primary takes: 2,000,
+	// or fewer in a short run, since under traffic redis-cli moves about
+	// 150 slots a second on 2 cores.
+	maxSlots int
+	added    *redistest.Server
+	failed   error // the first harness failure: the cluster did not heal
 
 	mu     sync.Mutex
 	faults []chaosFault
+	addrs  []string // the nodes now, for the probes (Nodes must not be read concurrently)
+}
+
+// nodeAddrs returns the cluster's node addresses as of the last fault.
+func (s *chaosScheduler) nodeAddrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.addrs)
 }
 
 func (s *chaosScheduler) rel(ns int64) string {
@@ -83,8 +95,10 @@ func (s *chaosScheduler) rel(ns int64) string {
 }
 
 func (s *chaosScheduler) record(f chaosFault) {
+	addrs := s.cl.Addrs()
 	s.mu.Lock()
 	s.faults = append(s.faults, f)
+	s.addrs = addrs
 	s.mu.Unlock()
 	s.logf("fault %-14s %-32s %s–%s healed %s %s", f.kind, f.target, s.rel(f.start), s.rel(f.end), s.rel(f.healed), f.err)
 }
@@ -228,7 +242,7 @@ func (s *chaosScheduler) run(phase int, kind string) bool {
 		f.end = time.Now().UnixNano()
 		s.fail(&f, err)
 	case faultAdd:
-		n := int(s.between(100, 2000))
+		n := int(s.between(100, time.Duration(s.maxSlots)))
 		f.start = time.Now().UnixNano()
 		ctx, cancel := context.WithTimeout(context.Background(), s.heal)
 		added, err := s.cl.AddPrimary(ctx, n)
@@ -302,7 +316,7 @@ func (s *chaosScheduler) pickReshard() (from, to *redistest.Server, n int, ok bo
 	for to == nil || to == from {
 		to = all[s.rng.IntN(len(all))]
 	}
-	n = min(int(s.between(100, 2000)), counts[from.Addr()]-1000)
+	n = min(int(s.between(100, time.Duration(s.maxSlots))), counts[from.Addr()]-1000)
 	return from, to, n, true
 }
 
