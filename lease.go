@@ -33,47 +33,63 @@ type lease struct {
 	expires time.Time // by the Cache's clock: when Redis drops it anyway
 }
 
-// leaseOrWait takes j's lease or, while another process holds it, waits
-// for that process to store the value, polling the shared tier. It leaves
-// j done when the value arrived, or else holding the lease (j.lease) or
-// not (the tier failed, or the wait ran out): then j loads.
-func (n *Namespace) leaseOrWait(ctx context.Context, j *job) {
-	qkey := n.prefix + j.key
+// takeLease tries once to take j's lease, and reports whether another
+// process holds it: then j waits for its value (waitLease), serving the
+// value this process holds meanwhile if it is current.
+func (n *Namespace) takeLease(ctx context.Context, j *job) (heldElsewhere bool) {
+	if !n.tryLease(ctx, j) {
+		return false
+	}
+	n.ctr.inc(evLeaseWaits)
+	n.serveHeldCurrent(j.f, j.key, j.ver)
+	return true
+}
+
+// tryLease sends one Lease call for j and reports whether another process
+// holds the lease. Otherwise j holds it (j.lease), or loads without one
+// because the tier failed.
+func (n *Namespace) tryLease(ctx context.Context, j *job) (heldElsewhere bool) {
 	token := newLeaseToken()
+	taken := n.c.clock.Now()
+	got, err := n.coord.Lease(ctx, n.prefix+j.key, token, n.p.Lease.TTL)
+	switch {
+	case err != nil:
+		n.countTierError(err, evSharedError)
+		if !errors.Is(err, ErrBypassed) {
+			// The SET may have run and only its reply been lost: give back
+			// whatever this token may hold.
+			n.releaseLease(&lease{j.key, token, taken.Add(n.p.Lease.TTL)})
+		}
+		return false // the tier is failing: leases are skipped, the load goes on
+	case got:
+		n.ctr.inc(evLeaseTaken)
+		j.lease = &lease{j.key, token, taken.Add(n.p.Lease.TTL)}
+		return false
+	}
+	return true
+}
+
+// waitLease waits for the process holding j's lease to store the value,
+// polling the shared tier, and takes the lease if it comes free. It leaves
+// j done when the value arrived; otherwise j loads, holding the lease or
+// not (the tier failed, or the wait ran out).
+func (n *Namespace) waitLease(ctx context.Context, j *job) {
 	// Two polls past the lease's TTL: a holder's lease has expired by then,
 	// and a waiter gets to take it rather than load beside the next holder.
+	base := ctx
 	ctx, cancel := context.WithTimeout(ctx, n.p.Lease.TTL+2*n.p.Lease.Poll)
 	defer cancel()
 	poll := time.NewTimer(n.p.Lease.Poll)
 	defer poll.Stop()
-	for waited := false; ; waited = true {
-		taken := n.c.clock.Now()
-		got, err := n.coord.Lease(ctx, qkey, token, n.p.Lease.TTL)
-		if err != nil {
-			n.countTierError(err, evSharedError)
-			if !errors.Is(err, ErrBypassed) {
-				// The SET may have run and only its reply been lost: give
-				// back whatever this token may hold.
-				n.releaseLease(&lease{j.key, token, taken.Add(n.p.Lease.TTL)})
-			}
-			return // the tier is failing: leases are skipped, the load goes on
-		}
-		if got {
-			n.ctr.inc(evLeaseTaken)
-			j.lease = &lease{j.key, token, taken.Add(n.p.Lease.TTL)}
-			return
-		}
-		if !waited {
-			n.ctr.inc(evLeaseWaits)
-			n.serveHeldCurrent(j.f, j.key, j.ver)
-		}
-		poll.Reset(n.p.Lease.Poll)
+	for {
 		select {
 		case <-poll.C:
 		case <-ctx.Done():
 			// Longer than a lease can be held: its holder died, or lost
-			// its release; load.
-			n.ctr.inc(evLeaseGaveUp)
+			// its release. One last try for the lease, then load.
+			if n.tryLease(base, j) {
+				n.ctr.inc(evLeaseGaveUp)
+			}
 			return
 		}
 		m, status := n.sharedGet(ctx, j.key)
@@ -87,6 +103,10 @@ func (n *Namespace) leaseOrWait(ctx context.Context, j *job) {
 			j.out, j.done = outcome{res, err}, true
 			return
 		}
+		if !n.tryLease(ctx, j) {
+			return
+		}
+		poll.Reset(n.p.Lease.Poll)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -12,13 +13,39 @@ import (
 // call for the keys still without an answer, and the stores. ctx is
 // detached from the callers (their values, not their cancellation) and
 // cancelled by Close.
+//
+// Keys whose lease another process holds wait for its value while the
+// other keys load: a batch never holds a lease while it waits for one, or
+// two processes whose batches share keys could each wait for the other.
 func (n *Namespace) load(ctx context.Context, js []*job, load keysLoader) {
 	each(js, func(j *job) {
 		j.ver = n.readVersion(ctx, j.key, j.status)
 		if n.p.Lease.Enabled && n.coord != nil && j.status == tierMiss && !j.f.published {
-			n.leaseOrWait(ctx, j)
+			j.waiting = n.takeLease(ctx, j)
 		}
 	})
+	ready, held := js[:0:0], js[:0:0]
+	for _, j := range js {
+		if j.waiting {
+			held = append(held, j)
+		} else {
+			ready = append(ready, j)
+		}
+	}
+	if len(held) == 0 {
+		n.loadNow(ctx, ready, load)
+		return
+	}
+	var waits sync.WaitGroup
+	waits.Go(func() { each(held, func(j *job) { n.waitLease(ctx, j) }) })
+	n.loadNow(ctx, ready, load)
+	waits.Wait()
+	n.loadNow(ctx, held, load)
+}
+
+// loadNow loads the jobs not done yet: the load-error backoff, the
+// limiter, one loader call, the stores; then it releases their leases.
+func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
 	defer func() {
 		for _, j := range js {
 			if j.lease != nil {

@@ -30,6 +30,7 @@ type job struct {
 	fallback  *meta      // a value stale-if-error may still serve
 	ver       version    // the key's version, read before the source
 	lease     *lease     // held while this process loads the key
+	waiting   bool       // another process holds the key's lease
 	done      bool       // out is the flight's answer
 	out       outcome
 }
