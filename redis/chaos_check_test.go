@@ -88,6 +88,7 @@ type chaosChecker struct {
 	stalls *chaosStalls
 	hot    *chaosSamples
 	probes *chaosProbes
+	net    map[*chaosRead]time.Duration // netLatency's memo
 	// excused counts answers served past soft or hard by more than
 	// chaosClockSlack but within a stall of the process.
 	excused     int

@@ -122,7 +122,15 @@ func (rep *chaosReport) rows() []*chaosRow {
 // scheduler can leave every goroutine waiting for a few hundred
 // milliseconds, which no code in the read path can help.
 func (c *chaosChecker) netLatency(r *chaosRead) time.Duration {
-	return time.Duration(r.end-r.begin) - c.stalls.within(r.begin, r.end)
+	if c.net == nil {
+		c.net = make(map[*chaosRead]time.Duration)
+	}
+	d, ok := c.net[r]
+	if !ok {
+		d = time.Duration(r.end-r.begin) - c.stalls.within(r.begin, r.end)
+		c.net[r] = d
+	}
+	return d
 }
 
 // slowOutside returns the n reads outside the database faults with the

@@ -251,6 +251,7 @@ func TestChaos(t *testing.T) {
 		readBudget: redis.DefaultReadBudget, latencyLimit: chaosLatencyMax,
 	}, db, sched, reads, stalls, samples)
 	chk.probes = probes
+	checkStart := time.Now()
 	chk.check()
 
 	rep := chaosReport{
@@ -259,6 +260,7 @@ func TestChaos(t *testing.T) {
 		goroutinesBefore: goroutinesBefore, leaked: leaked,
 	}
 	table := rep.table()
+	t.Logf("checked %d reads in %v", len(reads), time.Since(checkStart).Round(time.Millisecond))
 	t.Log("\n" + table)
 	if out := os.Getenv("HOLDFAST_CHAOS_OUT"); out != "" {
 		if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
@@ -590,29 +592,32 @@ func (s *chaosStalls) run(stop <-chan struct{}, hardEnd time.Time) {
 	}
 }
 
-// within returns how much of [from, to] the process spent in stalls.
-func (s *chaosStalls) within(from, to int64) time.Duration {
+// overlapping calls fn for each stall that overlaps [from, to]. The gaps
+// are in time order, each ending before the next begins.
+func (s *chaosStalls) overlapping(from, to int64, fn func(g [2]int64)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	i := sort.Search(len(s.gaps), func(i int) bool { return s.gaps[i][1] >= from })
+	for ; i < len(s.gaps) && s.gaps[i][0] <= to; i++ {
+		fn(s.gaps[i])
+	}
+}
+
+// within returns how much of [from, to] the process spent in stalls.
+func (s *chaosStalls) within(from, to int64) time.Duration {
 	var sum int64
-	for _, g := range s.gaps {
+	s.overlapping(from, to, func(g [2]int64) {
 		if lo, hi := max(g[0], from), min(g[1], to); hi > lo {
 			sum += hi - lo
 		}
-	}
+	})
 	return time.Duration(sum)
 }
 
 // maxGap returns the longest stall that overlaps [from, to].
 func (s *chaosStalls) maxGap(from, to int64) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var m int64
-	for _, g := range s.gaps {
-		if g[0] <= to && g[1] >= from {
-			m = max(m, g[1]-g[0])
-		}
-	}
+	s.overlapping(from, to, func(g [2]int64) { m = max(m, g[1]-g[0]) })
 	return time.Duration(m)
 }
 
