@@ -120,13 +120,15 @@ func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
 			t.Fatalf("%s: %v, %v; want the stale value while it refreshes", k, res.Source, err)
 		}
 	}
-	eventually(t, "the refreshes to hold their slots", func() bool { return slow.calls.Load() == 3 })
+	// Three refreshes hold three of the four slots; the other three found
+	// only the reserved slot and were rejected (their readers keep the
+	// stale value).
+	eventually(t, "three refreshes to hold slots and three to be turned away", func() bool {
+		return slow.calls.Load() == 3 && ns.Stats().Rejected == 3
+	})
 	res, err := ns.Get(context.Background(), "cold", &countingLoader{})
 	if err != nil || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("cold read: %v, %v; want it loaded in the slot refreshes leave free", res.Source, err)
-	}
-	if got := ns.Stats().Rejected; got != 3 {
-		t.Fatalf("rejected = %d, want the 3 refreshes that found only the reserved slot", got)
 	}
 }
 
