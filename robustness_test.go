@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/inmem"
+	"github.com/holdfast-dev/holdfast/internal/fakeclock"
 )
 
 // golang.org/x/sync/singleflight's TestGoexitDo case: a loader that ends its
@@ -105,12 +106,13 @@ func TestLoaderIgnoringItsContextAnsweredAtLoadTimeout(t *testing.T) {
 // readers were served stale values), a reader with nothing to be served
 // still gets a slot.
 func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
-	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 4})
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 4, Clock: clk})
 	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 50 * time.Millisecond, TTL: time.Hour})
 	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
 		mustGet(t, ns, k, &countingLoader{})
 	}
-	time.Sleep(60 * time.Millisecond) // past soft: the next reads refresh
+	clk.Advance(60 * time.Millisecond) // past soft: the next reads refresh
 	gate := make(chan struct{})
 	defer close(gate)
 	slow := &countingLoader{gate: gate}
