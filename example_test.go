@@ -23,6 +23,9 @@ func Example() {
 		TTL:          5 * time.Second, // hard: never served as current after this
 		SoftTTL:      3 * time.Second, // soft: refreshed in the background after this
 		StaleIfError: 5 * time.Second, // served this much past hard if the database fails
+		// With a shared tier only keys read often enough to be hot are
+		// kept in process memory by default; HotAll keeps every key.
+		Hot: holdfast.HotPolicy{Keys: holdfast.HotAll},
 	})
 	if err != nil {
 		panic(err)
@@ -34,10 +37,9 @@ func Example() {
 		res, err := stock.Get(context.Background(), "42", load)
 		fmt.Println(string(res.Value), res.Source, err)
 	}
-	// The second read comes from the shared tier: with one, only keys read
-	// often enough to be hot (Policy.Hot) are kept in process memory.
+	// The second read comes from this process's hot tier.
 
 	// Output:
 	// {"available":12} loaded <nil>
-	// {"available":12} shared <nil>
+	// {"available":12} hot <nil>
 }
