@@ -308,8 +308,12 @@ func (c *chaosChecker) checkStaleDue() {
 				}
 			}
 			if held != nil && held.hard+sie > r.end+int64(chaosHeldSlack) {
-				c.add(vErrorStaleDue, r, "%s: %s; the process held %s, hard %s, servable until %s",
-					r.errKind, r.errMsg, held.srcVer(c), c.rel(held.hard), c.rel(held.hard+sie))
+				sup := "still current"
+				if cv := c.db.keys[held.key].vers[held.ver]; cv.superseded != 0 && cv.superseded < r.end {
+					sup = "superseded and invalidated at " + c.rel(cv.superseded)
+				}
+				c.add(vErrorStaleDue, r, "%s: %s; the process held %s (%s), read %s, servable until %s",
+					r.errKind, r.errMsg, held.srcVer(c), sup, c.rel(held.end), c.rel(held.hard+sie))
 			}
 		}
 	}
