@@ -555,7 +555,7 @@ func TestCorruptSharedBytesAreAMiss(t *testing.T) {
 }
 
 func TestLimiterRejectsWithoutQueueing(t *testing.T) {
-	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2})
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2, LoadWait: holdfast.NoLoadWait})
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	l := &countingLoader{gate: make(chan struct{})}
 	for _, k := range []string{"a", "b"} {
@@ -707,8 +707,11 @@ func TestPolicyValidation(t *testing.T) {
 	if _, err := c.Namespace("ok", holdfast.Policy{}); err == nil {
 		t.Error("a duplicate namespace was accepted")
 	}
-	if _, err := holdfast.New(holdfast.Options{MaxConcurrentLoads: -1}); err == nil {
-		t.Error("negative MaxConcurrentLoads accepted")
+	if _, err := holdfast.New(holdfast.Options{MaxConcurrentLoads: -2}); err == nil {
+		t.Error("MaxConcurrentLoads below NoLoadLimit accepted")
+	}
+	if _, err := holdfast.New(holdfast.Options{LoadWait: -time.Second}); err == nil {
+		t.Error("LoadWait below NoLoadWait accepted")
 	}
 	if got := newNS(t, c, "defaults", holdfast.Policy{}).Policy(); got.TTL != holdfast.DefaultTTL || got.SoftTTL != got.TTL ||
 		got.NegativeTTL != holdfast.DefaultNegativeTTL || got.Hot.TTL != holdfast.DefaultHotTTL {

@@ -16,7 +16,8 @@ import (
 // A lease must never stall its key longer than its holder can legitimately
 // hold it, and a holder holds it for one load at most: its loader call is
 // bounded by LoadTimeout whatever the loader does. So
-//   - a waiter waits at most about Lease.TTL, then loads for itself with a whole
+//   - a waiter waits at most Lease.TTL + LoadTimeout (an orphan's lifetime,
+//     then one more holder's load), then loads for itself with a whole
 //     LoadTimeout of its own (never with a context the wait used up);
 //   - a waiter that holds the key's current value (loaded here under the
 //     version the key still has, so no invalidation superseded it) serves
@@ -74,10 +75,12 @@ func (n *Namespace) tryLease(ctx context.Context, j *job) (heldElsewhere bool) {
 // j done when the value arrived; otherwise j loads, holding the lease or
 // not (the tier failed, or the wait ran out).
 func (n *Namespace) waitLease(ctx context.Context, j *job) {
-	// Two polls past the lease's TTL: a holder's lease has expired by then,
-	// and a waiter gets to take it rather than load beside the next holder.
+	// A lease lives Lease.TTL at most, and whoever takes it next (another
+	// waiter, maybe in another process) loads for LoadTimeout at most: past
+	// both, and two polls, the wait is longer than any holder can
+	// legitimately take.
 	base := ctx
-	ctx, cancel := context.WithTimeout(ctx, n.p.Lease.TTL+2*n.p.Lease.Poll)
+	ctx, cancel := context.WithTimeout(ctx, n.p.Lease.TTL+n.p.LoadTimeout+2*n.p.Lease.Poll)
 	defer cancel()
 	poll := time.NewTimer(n.p.Lease.Poll)
 	defer poll.Stop()

@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// limiter caps concurrent loads. By default it never queues: a load that
-// finds no free slot is rejected at once (seed 000's semaphore of 1 in front
-// of MySQL, where a rejected request got 503 immediately). A bounded wait is
-// optional.
+// limiter caps concurrent loads. A load that finds no free slot waits a
+// bounded time (Options.LoadWait), or none, and is then rejected: a queue in
+// front of a saturated database only adds latency to the answer "no". A
+// limit below 1 means none (a nil limiter).
 type limiter struct {
 	slots chan struct{}
 	wait  time.Duration

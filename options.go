@@ -17,16 +17,20 @@ type Options struct {
 	Shared Tier
 
 	// MaxConcurrentLoads caps loader calls running at once in this process,
-	// across namespaces (seed 000: a per-pod limit of 1 in front of the
-	// database). A load over the cap is rejected at once, never queued
-	// (unless LoadWait is set): the caller gets a stale value if one may be
-	// served, else ErrOverloaded. Default 4 × GOMAXPROCS. Set it to the
-	// number of database connections this process may spend on cache misses.
+	// across namespaces: the database connections this process may spend on
+	// cache misses (a per-pod limit of 1 in front of MySQL is where this
+	// design comes from). A load that finds no slot waits up to LoadWait,
+	// then is rejected: the caller gets a stale value if one may be served,
+	// else ErrOverloaded. Default 4 × GOMAXPROCS; NoLoadLimit turns the cap
+	// off.
 	MaxConcurrentLoads int
 
-	// LoadWait lets a load wait this long for a free slot before it is
-	// rejected. Default 0: no queue (seed 000's choice: a queue in front of
-	// a saturated database only adds latency to the answer "no").
+	// LoadWait is how long a load may wait for a free slot before it is
+	// rejected. Default 250 ms: a burst of a few dozen cold keys (a deploy,
+	// a mass invalidation) waits its turn rather than fail, while a
+	// saturated database still gets a prompt "no". NoLoadWait rejects at
+	// once, with no queue at all. Background refreshes never wait: their
+	// readers already have a value.
 	LoadWait time.Duration
 
 	// Clock tells the time. Default: the system clock, read every
@@ -189,10 +193,11 @@ type LeasePolicy struct {
 	// Enabled turns leases on. Default off.
 	Enabled bool
 	// TTL is how long a lease lasts if its holder never releases it (a
-	// process killed mid-load, a release that could not reach the tier),
-	// and about the longest a waiting process waits before it loads for
-	// itself. A holder's load ends within LoadTimeout whatever its loader
-	// does, so a longer lease would only stall its key. Default LoadTimeout.
+	// process killed mid-load, a release that could not reach the tier).
+	// A waiting process waits at most TTL + LoadTimeout (the orphan's
+	// lifetime, then one more holder's load) before it loads for itself.
+	// A holder's load ends within LoadTimeout whatever its loader does, so
+	// a longer lease would only stall its key. Default LoadTimeout.
 	TTL time.Duration
 	// Poll is how often a process waiting for another's load reads the
 	// shared tier (and tries to take an expired lease). Default 10 ms.
@@ -213,8 +218,18 @@ type EarlyRefresh struct {
 	XFetchBeta float64
 }
 
+// Limiter settings that are not durations or counts.
+const (
+	// NoLoadLimit as Options.MaxConcurrentLoads: no cap on concurrent loads.
+	NoLoadLimit = -1
+	// NoLoadWait as Options.LoadWait: a load that finds no free slot is
+	// rejected at once.
+	NoLoadWait time.Duration = -1
+)
+
 // Defaults.
 const (
+	DefaultLoadWait           = 250 * time.Millisecond
 	DefaultTTL                = time.Minute
 	DefaultNegativeTTL        = 5 * time.Second
 	DefaultLoadErrorBackoff   = time.Second
@@ -234,14 +249,17 @@ const (
 )
 
 func (o Options) withDefaults() (Options, error) {
-	if o.MaxConcurrentLoads < 0 {
-		return o, fmt.Errorf("holdfast: MaxConcurrentLoads %d is negative", o.MaxConcurrentLoads)
-	}
-	if o.MaxConcurrentLoads == 0 {
+	switch {
+	case o.MaxConcurrentLoads < NoLoadLimit:
+		return o, fmt.Errorf("holdfast: MaxConcurrentLoads %d is negative (NoLoadLimit, -1, turns the cap off)", o.MaxConcurrentLoads)
+	case o.MaxConcurrentLoads == 0:
 		o.MaxConcurrentLoads = 4 * runtime.GOMAXPROCS(0)
 	}
-	if o.LoadWait < 0 {
-		return o, fmt.Errorf("holdfast: LoadWait %v is negative", o.LoadWait)
+	switch {
+	case o.LoadWait < NoLoadWait:
+		return o, fmt.Errorf("holdfast: LoadWait %v is negative (NoLoadWait, -1 ns, rejects at once)", o.LoadWait)
+	case o.LoadWait == 0:
+		o.LoadWait = DefaultLoadWait
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

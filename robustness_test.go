@@ -3,6 +3,7 @@ package holdfast_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -134,16 +135,18 @@ func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
 	}
 }
 
-// An orphaned lease (its holder's release never arrived) stalls a waiter
-// for about Lease.TTL at most, and the waiter's own load then gets a whole
-// LoadTimeout, never a context the wait used up.
+// A lease whose holder never releases it (an orphan, here one with a TTL
+// longer than any holder would set) stalls a waiter for Lease.TTL +
+// LoadTimeout at most — the longest a holder can legitimately take — and
+// the waiter's own load then gets a whole LoadTimeout, never a context the
+// wait used up.
 func TestLeaseWaitBoundedAndLoaderGetsItsOwnTimeout(t *testing.T) {
 	shared := inmem.New(nil)
-	if ok, _ := shared.Lease(context.Background(), "product:k", "orphan", 5*time.Second); !ok {
+	if ok, _ := shared.Lease(context.Background(), "product:k", "orphan", time.Minute); !ok {
 		t.Fatal("setup: lease")
 	}
 	c := newCache(t, holdfast.Options{Shared: shared})
-	const leaseTTL, loadTimeout = 300 * time.Millisecond, 2 * time.Second
+	const leaseTTL, loadTimeout = 300 * time.Millisecond, time.Second
 	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout, Lease: holdfast.LeasePolicy{Enabled: true, TTL: leaseTTL}})
 	var left time.Duration
 	l := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
@@ -157,8 +160,8 @@ func TestLeaseWaitBoundedAndLoaderGetsItsOwnTimeout(t *testing.T) {
 	if err != nil || string(res.Value) != "v" {
 		t.Fatalf("got %q, %v", res.Value, err)
 	}
-	if waited < leaseTTL || waited > leaseTTL+time.Second {
-		t.Fatalf("waited %v under a 5 s orphan with Lease.TTL %v", waited, leaseTTL)
+	if bound := leaseTTL + loadTimeout; waited < bound || waited > bound+time.Second {
+		t.Fatalf("waited %v under a 1 min orphan; the bound is Lease.TTL + LoadTimeout = %v", waited, bound)
 	}
 	if left < loadTimeout-500*time.Millisecond {
 		t.Fatalf("the loader had %v left of its %v LoadTimeout", left, loadTimeout)
@@ -310,5 +313,49 @@ func TestStaleIfErrorMayServeAValueInvalidatedElsewhere(t *testing.T) {
 	res, err := b.Get(context.Background(), "k", &countingLoader{err: errors.New("db down")})
 	if err != nil || string(res.Value) != "v1:k" || !res.Stale() {
 		t.Fatalf("load failed: %q from %v, %v; want the last value, stale", res.Value, res.Source, err)
+	}
+}
+
+// With every default, a burst of a few dozen reads of distinct cold keys (a
+// deploy, a mass invalidation) is loaded, not rejected: loads past the
+// default limit wait their turn (LoadWait) instead of failing at once.
+func TestColdBurstWithDefaultsIsNotRejected(t *testing.T) {
+	c := newCache(t, holdfast.Options{Shared: inmem.New(nil)})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	l := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		time.Sleep(5 * time.Millisecond) // a quick database query
+		return []byte(key), nil
+	})
+	const keys = 40
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range keys {
+		wg.Go(func() {
+			if _, err := ns.Get(context.Background(), fmt.Sprint("cold-", i), l); err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() != 0 || ns.Stats().Rejected != 0 {
+		t.Fatalf("%d of %d cold reads failed (%d rejected) with the default limit", failed.Load(), keys, ns.Stats().Rejected)
+	}
+}
+
+func TestNoLoadLimit(t *testing.T) {
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: holdfast.NoLoadLimit})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	gate := make(chan struct{})
+	l := &countingLoader{gate: gate}
+	const keys = 200
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Go(func() { ns.Get(context.Background(), fmt.Sprint("k", i), l) })
+	}
+	eventually(t, "every load to run at once", func() bool { return l.calls.Load() == keys })
+	close(gate)
+	wg.Wait()
+	if ns.Stats().Rejected != 0 {
+		t.Fatal("a load was rejected with no limit")
 	}
 }
