@@ -100,11 +100,18 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 		switch {
 		case status == tierDown:
 			return
-		case status == tierHit && now < m.hard:
+		case status == tierHit && (now < m.soft || m.negative && now < m.hard):
 			n.storeLocal(j.f, j.key, &m, now)
 			res, err := n.served(&m, SourceShared)
 			j.out, j.done = outcome{res, err}, true
 			return
+		case status == tierHit && now < m.hard && !j.f.published:
+			// An older value, past its soft time (the holder's write has
+			// not landed, or a replica is behind): the readers may have
+			// it as stale while this flight keeps waiting for the new one.
+			n.ctr.inc(evStaleServed)
+			res, _ := n.served(&m, SourceStale)
+			j.f.publish(res, nil)
 		}
 		if !n.tryLease(ctx, j) {
 			return

@@ -37,6 +37,9 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	} else {
 		n.sharedGetMany(ctx, toRead, metas, statuses)
 	}
+	// The shared tier may have taken up to its read budget (two, for a
+	// smeared copy that missed): judge the answers by the time now.
+	now = n.now()
 	for i, j := range toRead {
 		j.status = statuses[i]
 		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
@@ -114,7 +117,14 @@ func (n *Namespace) recheckHot(key string, now, refreshOf int64) (outcome, bool)
 func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatus, now, refreshOf int64) (out outcome, done bool, fallback *meta) {
 	switch status {
 	case tierHit:
-		if now < m.hard && (refreshOf == 0 || m.origin > refreshOf) {
+		newer := refreshOf == 0 || m.origin > refreshOf
+		if newer && !m.negative && now >= m.hard && now < m.hard+int64(n.p.StaleIfError) {
+			// Past hard it is no answer, but it is the last value this
+			// process knows: last-known-good keeps it for stale-if-error,
+			// so a failed load can serve it after the tier lost it.
+			n.storeLocal(f, key, m, now)
+		}
+		if now < m.hard && newer {
 			n.storeLocal(f, key, m, now)
 			if now < m.soft || m.negative {
 				res, err := n.served(m, SourceShared)

@@ -359,3 +359,57 @@ func TestNoLoadLimit(t *testing.T) {
 		t.Fatal("a load was rejected with no limit")
 	}
 }
+
+// A value past its soft time that turns up while a flight waits for another
+// process's lease (the holder's write has not landed; a replica is behind)
+// is served as stale, never as a fresh shared value.
+func TestLeaseWaiterLabelsAnOldValueStale(t *testing.T) {
+	shared := inmem.New(nil)
+	if ok, _ := shared.Lease(context.Background(), "product:k", "other", time.Minute); !ok {
+		t.Fatal("setup: lease")
+	}
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true}})
+	type answer struct {
+		res holdfast.Result
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := ns.Get(context.Background(), "k", &countingLoader{})
+		got <- answer{res, err}
+	}()
+	eventually(t, "the read to wait on the lease", func() bool { return ns.Stats().LeaseWaits == 1 })
+	origin := time.Now().Add(-2 * time.Second)
+	shared.Put("product:k", holdfast.AppendEntry(nil, holdfast.Entry{
+		Value: []byte("old"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Minute),
+	}), time.Minute)
+	a := <-got
+	if a.err != nil || string(a.res.Value) != "old" || a.res.Source != holdfast.SourceStale {
+		t.Fatalf("got %q from %v, %v; want the old value labelled stale", a.res.Value, a.res.Source, a.err)
+	}
+}
+
+// A shared-tier value already past its hard time is the last value this
+// process knows: stale-if-error serves it again after the tier lost it.
+func TestPastHardSharedValueKeptForStaleIfError(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared})
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, LoadErrorBackoff: -1})
+	origin := time.Now().Add(-2 * time.Second)
+	shared.Put("product:k", holdfast.AppendEntry(nil, holdfast.Entry{
+		Value: []byte("last"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second),
+	}), time.Minute)
+	down := &countingLoader{err: errors.New("db down")}
+	for i, drop := range []bool{false, true} {
+		if drop { // another process invalidated it, or Redis evicted it
+			if err := shared.Delete(context.Background(), "product:k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := ns.Get(context.Background(), "k", down)
+		if err != nil || string(res.Value) != "last" || res.Source != holdfast.SourceStaleOnError {
+			t.Fatalf("read %d: %q from %v, %v; want the last value, stale-on-error", i, res.Value, res.Source, err)
+		}
+	}
+}
