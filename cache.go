@@ -19,7 +19,8 @@ const (
 	SourceHot Source = iota + 1
 	// SourceShared: a fresh value from the shared tier.
 	SourceShared
-	// SourceLoaded: from the loader, by this read or one it waited for.
+	// SourceLoaded: from the loader, by this read (readers that waited for
+	// it get SourceJoined).
 	SourceLoaded
 	// SourceStale: a value past its soft time but within its hard time,
 	// returned at once while one background refresh runs.
@@ -30,14 +31,22 @@ const (
 	SourceStaleOnError
 	// SourceLocal: a value within its hard time from this process's
 	// last-known-good store, served because the shared tier is failing (or
-	// absent, for a key the hot tier does not hold).
+	// absent, for a key the hot tier does not hold), or because another
+	// process holds the key's lease and this value is still the key's
+	// current one.
 	SourceLocal
+	// SourceJoined: a value another read of this process loaded while this
+	// one waited for it. No loader ran for this read, so a count of
+	// SourceLoaded is a count of loads.
+	SourceJoined
 )
 
-var sourceNames = [...]string{"", "hot", "shared", "loaded", "stale", "stale-on-error", "local"}
+// sourceNames are the Sources' names; the zero Source, on a read that
+// failed, is "none".
+var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "local", "joined"}
 
 func (s Source) String() string {
-	if int(s) < len(sourceNames) && s != 0 {
+	if int(s) < len(sourceNames) {
 		return sourceNames[s]
 	}
 	return fmt.Sprintf("Source(%d)", s)

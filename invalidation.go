@@ -190,47 +190,78 @@ func (r *recentInvalidations) supersedes(key string, origin, now, window int64) 
 	return origin < at && now-at < window
 }
 
-// Invalidate removes key from this process's tiers and from the shared tier.
-// A load of key that began before Invalidate is not stored after it.
+// Invalidate removes keys from this process's tiers and from the shared
+// tier, in one call to the shared tier. A load of a key that began before
+// Invalidate is not stored after it, and this process never again reads a
+// shared-tier value of the key loaded before it (read-your-invalidations).
 //
-// When the shared tier's delete fails or is skipped by an open breaker, the
-// local copies are dropped all the same and the delete is queued and replayed
-// until the tier takes it; until then this process reads the tier's copy of
-// key as a miss. Invalidate returns nil in that case too. It returns an error
-// only when the replay queue is full (the delete is then lost for the shared
-// tier: other processes may serve the old value until its TTL).
-func (n *Namespace) Invalidate(ctx context.Context, key string) error {
-	if err := n.checkKey(key); err != nil {
-		return err
+// When the shared tier's delete fails or is skipped (an open breaker, an
+// ejected node), the local copies are dropped all the same and the deletes
+// are queued and replayed until the tier takes them; until then this process
+// reads the tier's copies of those keys as misses. Invalidate returns nil in
+// that case too. It returns an error only when the replay queue is full (the
+// delete of those keys is then lost for the shared tier: other processes may
+// serve the old values until their TTL), for a key that is too long, or
+// after Close.
+func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
+	if n.c.closed.Load() {
+		return ErrClosed
 	}
-	n.ctr.inc(evInvalidation)
-	if n.c.opts.Shared != nil {
-		n.recent.add(key, n.c.clock.Now().UnixNano(), n.supersedeWindow())
+	for _, key := range keys {
+		if err := n.checkKey(key); err != nil {
+			return err
+		}
 	}
-	// Flights in progress may hold a value read from the source before the
-	// caller's write: they must not store it anywhere.
-	n.flights.invalidate(key)
+	if len(keys) == 0 {
+		return nil
+	}
+	n.ctr.add(evInvalidation, uint64(len(keys)))
+	at := n.c.clock.Now().UnixNano()
+	for _, key := range keys {
+		if n.c.opts.Shared != nil {
+			n.recent.add(key, at, n.supersedeWindow())
+		}
+		// Flights in progress may hold a value read from the source before
+		// the caller's write: they must not store it anywhere.
+		n.flights.invalidate(key)
+	}
 	var err error
 	if n.c.opts.Shared != nil {
-		if derr := n.deleteShared(ctx, n.prefix+key); derr != nil {
+		qualified := make([]string, len(keys))
+		for i, key := range keys {
+			qualified[i] = n.prefix + key
+		}
+		if derr := n.deleteShared(ctx, qualified...); derr != nil {
 			n.countTierError(derr, evSharedDelError)
-			if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
-				n.ctr.inc(evDroppedDeletes)
-				n.c.logger().Warn("holdfast: invalidation replay queue full; shared copy left until its TTL", "namespace", n.name, "key", key)
-				err = fmt.Errorf("holdfast: %s: invalidate %q in the shared tier (replay queue full): %w", n.name, key, derr)
+			// Which keys failed is not known: replay them all (a second
+			// delete and version bump of a key is harmless).
+			var lost []string
+			for _, key := range keys {
+				if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
+					lost = append(lost, key)
+				}
+			}
+			if len(lost) > 0 {
+				n.ctr.add(evDroppedDeletes, uint64(len(lost)))
+				n.c.logger().Warn("holdfast: invalidation replay queue full; shared copies left until their TTL", "namespace", n.name, "keys", lost)
+				err = fmt.Errorf("holdfast: %s: invalidate %q in the shared tier (replay queue full): %w", n.name, lost, derr)
 			}
 		}
 		// A read that began while the delete was on its way may have found
 		// the old value still in the shared tier: its flight must not copy
 		// it into this process's tiers either.
-		n.flights.invalidate(key)
+		for _, key := range keys {
+			n.flights.invalidate(key)
+		}
 	}
 	// Local copies go last, so none read before the shared delete survives.
-	if n.hot != nil {
-		n.hot.Delete(key)
-	}
-	if n.lkg != nil {
-		n.lkg.Delete(key)
+	for _, key := range keys {
+		if n.hot != nil {
+			n.hot.Delete(key)
+		}
+		if n.lkg != nil {
+			n.lkg.Delete(key)
+		}
 	}
 	return err
 }

@@ -84,20 +84,26 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 	defer cancel()
 	poll := time.NewTimer(n.p.Lease.Poll)
 	defer poll.Stop()
+	giveUp := func() {
+		// Longer than a lease can be held: its holder died, or lost its
+		// release. One last try for the lease, then load.
+		if n.tryLease(base, j) {
+			n.ctr.inc(evLeaseGaveUp)
+		}
+	}
 	for {
 		select {
 		case <-poll.C:
 		case <-ctx.Done():
-			// Longer than a lease can be held: its holder died, or lost
-			// its release. One last try for the lease, then load.
-			if n.tryLease(base, j) {
-				n.ctr.inc(evLeaseGaveUp)
-			}
+			giveUp()
 			return
 		}
 		m, status := n.sharedGet(ctx, j.key)
 		now := n.now()
 		switch {
+		case status == tierDown && ctx.Err() != nil:
+			giveUp() // the wait ran out during the read
+			return
 		case status == tierDown:
 			return
 		case status == tierHit && (now < m.soft || m.negative && now < m.hard):

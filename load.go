@@ -3,7 +3,6 @@ package holdfast
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -79,7 +78,7 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
 	if !n.acquire(ctx, refresh) {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
 		for _, j := range toLoad {
-			res, err := n.failed(j.f, j.key, j.fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, j.key, ErrOverloaded))
+			res, err := n.failed(j.f, j.key, j.fallback, &loadError{n.name, j.key, ErrOverloaded})
 			j.out, j.done = outcome{res, err}, true
 		}
 		return
@@ -178,7 +177,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))
 		}
-		res, err := n.failed(f, key, fallback, fmt.Errorf("holdfast: %s: load of %q: %w", n.name, key, err))
+		res, err := n.failed(f, key, fallback, &loadError{n.name, key, err})
 		return outcome{res, err}, nil
 	}
 	res, rerr := n.served(&m, SourceLoaded)

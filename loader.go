@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
@@ -36,6 +37,36 @@ type BatchLoaderFunc func(ctx context.Context, keys []string) (map[string][]byte
 func (f BatchLoaderFunc) LoadMany(ctx context.Context, keys []string) (map[string][]byte, error) {
 	return f(ctx, keys)
 }
+
+// errNilLoader is the error of a read given no loader: a programming error,
+// reported as such rather than as a loader panic.
+var errNilLoader = errors.New("holdfast: nil loader")
+
+// isNil reports whether l is nil, or a nil function in an adapter.
+func isNil(l any) bool {
+	switch f := l.(type) {
+	case nil:
+		return true
+	case LoaderFunc:
+		return f == nil
+	case BatchLoaderFunc:
+		return f == nil
+	}
+	return false
+}
+
+// loadError is a failed load as its readers see it: the namespace and key,
+// then the cause, whose own "holdfast: " prefix is not repeated.
+type loadError struct {
+	ns, key string
+	err     error
+}
+
+func (e *loadError) Error() string {
+	return fmt.Sprintf("holdfast: %s: load of %q: %s", e.ns, e.key, strings.TrimPrefix(e.err.Error(), "holdfast: "))
+}
+
+func (e *loadError) Unwrap() error { return e.err }
 
 // keysLoader is the load stage's view of a loader: it loads keys and answers
 // per key, or fails as a whole.

@@ -61,10 +61,12 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	if p.LoadErrorBackoff > 0 {
 		n.backoff = local.New[struct{}](1 << 20)
 	}
-	// Without a shared tier, the last-known-good store is also where a value
-	// waits between its soft and hard time (the hot tier drops it at soft),
-	// so stale-while-revalidate needs it even with no stale-if-error window.
-	if size := p.LastKnownGoodBytes; p.StaleIfError > 0 || (c.opts.Shared == nil && p.SoftTTL < p.TTL) {
+	// With a shared tier, last-known-good is what answers while the tier
+	// fails, so that an outage costs one load per key per TTL and not one
+	// per read, whatever the hot tier keeps. Without one, it is where a
+	// value waits between its soft and hard time (the hot tier drops it at
+	// soft), so stale-while-revalidate needs it.
+	if size := p.LastKnownGoodBytes; p.StaleIfError > 0 || c.opts.Shared != nil || p.SoftTTL < p.TTL {
 		if size == 0 {
 			size = DefaultLastKnownGoodBytes
 		}

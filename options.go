@@ -113,11 +113,12 @@ type Policy struct {
 	// Hot configures this namespace's in-process hot tier.
 	Hot HotPolicy
 
-	// LastKnownGoodBytes bounds the in-process store of last good values
-	// that stale-if-error serves from. Default 32 MiB when StaleIfError is
-	// set, or when the cache has no shared tier and SoftTTL < TTL (the store
-	// then also holds values between soft and hard); else no store. Values
-	// are kept as encoded bytes.
+	// LastKnownGoodBytes bounds the in-process store of last good values:
+	// what answers while the shared tier fails (within each value's hard
+	// time), and what stale-if-error serves from. Default 32 MiB with a
+	// shared tier, with StaleIfError, or with SoftTTL < TTL (the store then
+	// also holds values between soft and hard); else no store. Values are
+	// kept as encoded bytes.
 	LastKnownGoodBytes int64
 
 	// MaxValueBytes refuses loaded values larger than this with ErrTooLarge;

@@ -2,6 +2,7 @@ package holdfast
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -54,6 +55,9 @@ func (n *Namespace) finish(j *job) {
 // the load goes on for the other waiters. The loader's context carries
 // ctx's values (trace ids, say) but not its cancellation or deadline.
 func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result, error) {
+	if n.c.closed.Load() {
+		return Result{}, ErrClosed
+	}
 	if err := n.checkKey(key); err != nil {
 		return Result{}, err
 	}
@@ -95,6 +99,9 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 // read budget. Only a load moves to a goroutine of the Cache's, detached
 // from every caller.
 func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Result, error) {
+	if isNil(loader) {
+		return Result{}, fmt.Errorf("holdfast: %s: read of %q: %w", n.name, key, errNilLoader)
+	}
 	f, leader := n.flights.join(key)
 	if !leader {
 		n.ctr.inc(evCoalesced)
@@ -129,6 +136,17 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Resul
 // loader for the keys that must be loaded, and one batch write.
 func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoader) (results []Result, errs []error) {
 	results = make([]Result, len(keys))
+	if n.c.closed.Load() || isNil(loader) {
+		err := ErrClosed
+		if !n.c.closed.Load() {
+			err = fmt.Errorf("holdfast: %s: read of %d keys: %w", n.name, len(keys), errNilLoader)
+		}
+		errs = make([]error, len(keys))
+		for i := range errs {
+			errs[i] = err
+		}
+		return results, errs
+	}
 	setErr := func(i int, err error) {
 		if err == nil {
 			return
@@ -243,6 +261,9 @@ func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result
 		}
 	}
 	out.res.Collapsed = collapsed
+	if collapsed && out.res.Source == SourceLoaded {
+		out.res.Source = SourceJoined
+	}
 	return out.res, out.err
 }
 

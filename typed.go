@@ -70,7 +70,51 @@ func (t *Typed[T]) Get(ctx context.Context, key string, load func(ctx context.Co
 	return v, res, nil
 }
 
+// GetMany is Namespace.GetMany for values of type T: one value, Result and
+// error per key, in the order of keys (errs is nil when every key
+// succeeded). load returns the values it found; keys it leaves out are not
+// found.
+func (t *Typed[T]) GetMany(ctx context.Context, keys []string, load func(ctx context.Context, keys []string) (map[string]T, error)) (vals []T, results []Result, errs []error) {
+	results, errs = t.ns.GetMany(ctx, keys, BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		found, err := load(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string][]byte, len(found))
+		for k, v := range found {
+			b, err := t.codec.Encode(v)
+			if err != nil {
+				return nil, fmt.Errorf("holdfast: encode %s value of %q: %w", t.ns.name, k, err)
+			}
+			out[k] = b
+		}
+		return out, nil
+	}))
+	vals = make([]T, len(keys))
+	for i, res := range results {
+		if errs != nil && errs[i] != nil {
+			continue
+		}
+		v, err := t.codec.Decode(res.Value)
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(keys))
+			}
+			errs[i] = fmt.Errorf("holdfast: decode %s value of %q: %w", t.ns.name, keys[i], err)
+			continue
+		}
+		vals[i] = v
+	}
+	return vals, results, errs
+}
+
+// Stats is Namespace.Stats.
+func (t *Typed[T]) Stats() Stats { return t.ns.Stats() }
+
+// HotKeys is Namespace.HotKeys.
+func (t *Typed[T]) HotKeys() []HotKey { return t.ns.HotKeys() }
+
 // Invalidate is Namespace.Invalidate.
-func (t *Typed[T]) Invalidate(ctx context.Context, key string) error {
-	return t.ns.Invalidate(ctx, key)
+func (t *Typed[T]) Invalidate(ctx context.Context, keys ...string) error {
+	return t.ns.Invalidate(ctx, keys...)
 }

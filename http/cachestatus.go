@@ -39,7 +39,7 @@ func appendCacheStatus(b []byte, res holdfast.Result, now time.Time, key string)
 		b = append(b, "; hit; fwd=stale; detail=stale-while-revalidate"...)
 	case holdfast.SourceStaleOnError:
 		b = append(b, "; hit; detail=stale-if-error"...)
-	default: // SourceLoaded
+	default: // SourceLoaded, SourceJoined (a miss another read loaded)
 		b = append(b, "; fwd=miss; stored"...)
 	}
 	if res.Collapsed {
