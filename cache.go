@@ -88,6 +88,7 @@ func (r Result) Stale() bool { return r.Source == SourceStale || r.Source == Sou
 // for concurrent use. Close stops its background refreshes.
 type Cache struct {
 	opts       Options
+	caps       tierCaps     // what opts.Shared can do
 	clock      Clock        // opts.Clock, or the system clock
 	coarse     *coarseClock // non-nil when opts.Clock is nil
 	limit      *limiter
@@ -122,9 +123,11 @@ func New(opts Options) (*Cache, error) {
 		c.coarse = startCoarseClock()
 	}
 	if opts.Shared != nil {
+		c.caps = probeTier(opts.Shared)
+		opts.Logger.Info("holdfast: shared tier", "type", fmt.Sprintf("%T", opts.Shared), "capabilities", c.caps.capabilities().String())
 		c.goOwned(c.replayInvalidations)
 	}
-	if sharer, ok := opts.Shared.(HotSharer); ok {
+	if sharer := c.caps.share; sharer != nil {
 		c.goOwned(func() { c.shareHotKeys(sharer) })
 	}
 	return c, nil
@@ -148,6 +151,9 @@ func (c *Cache) Namespace(name string, p Policy) (*Namespace, error) {
 		return nil, err
 	}
 	p, err := p.withDefaults()
+	if err == nil {
+		err = c.checkCapabilities(p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("namespace %q: %w", name, err)
 	}

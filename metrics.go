@@ -58,6 +58,10 @@ type Stats struct {
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // bytes now in the hot tier (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
+
+	// Capabilities is what the namespace uses of the shared tier's
+	// capabilities (not a counter).
+	Capabilities Capabilities
 }
 
 type event int

@@ -50,8 +50,7 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 			n.p.Hot.Keys = HotDetected
 		}
 	}
-	n.coord, _ = c.opts.Shared.(Coordinator)
-	n.smear, _ = c.opts.Shared.(Smearer)
+	n.coord, n.smear = c.caps.coord, c.caps.smear
 	if !p.Hot.Disabled {
 		n.hot = local.New[meta](p.Hot.MaxBytes)
 	}
@@ -97,6 +96,7 @@ func (n *Namespace) Stats() Stats {
 		s.LastKnownGoodKeys = uint64(n.lkg.Stats().Entries)
 	}
 	s.PendingDeletes = uint64(n.pending.n.Load())
+	s.Capabilities = n.uses()
 	if set := n.sharedHot.Load(); set != nil && n.now() < set.until {
 		s.SharedHotKeys = uint64(len(set.keys))
 	}

@@ -113,6 +113,12 @@ type Policy struct {
 	// Hot configures this namespace's in-process hot tier.
 	Hot HotPolicy
 
+	// UnguardedWrites accepts a shared tier that is not a Coordinator:
+	// loads then write without the stale-set guard, so a value read from
+	// the source before an invalidation may be stored after it, until its
+	// TTL. Default false: such a tier is an error from Cache.Namespace.
+	UnguardedWrites bool
+
 	// LastKnownGoodBytes bounds the in-process store of last good values:
 	// what answers while the shared tier fails (within each value's hard
 	// time), and what stale-if-error serves from. Default 32 MiB with a

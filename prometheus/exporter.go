@@ -26,6 +26,7 @@ type Exporter struct {
 	loadSeconds *prom.HistogramVec
 	inFlight    *prom.Desc
 	hotKeyRate  *prom.Desc
+	capability  *prom.Desc
 
 	mu    sync.Mutex
 	cache *holdfast.Cache
@@ -109,6 +110,9 @@ func NewExporter() *Exporter {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"namespace", "outcome"}),
 		inFlight: prom.NewDesc("holdfast_loads_in_flight", "Loader calls holding a slot of the cache-wide load limit.", nil, nil),
+		capability: prom.NewDesc("holdfast_capability",
+			"1 when the namespace uses the shared tier's capability (versions, leases, smearing, hot_sharing), else 0.",
+			[]string{"namespace", "capability"}, nil),
 		hotKeyRate: prom.NewDesc("holdfast_hot_key_reads_per_second",
 			"Estimated read rate of the hottest keys, at most MaxHotKeyLabels per namespace (bounded label cardinality).",
 			[]string{"namespace", "key"}, nil),
@@ -134,6 +138,7 @@ func (e *Exporter) Describe(ch chan<- *prom.Desc) {
 	}
 	ch <- e.inFlight
 	ch <- e.hotKeyRate
+	ch <- e.capability
 	e.loadSeconds.Describe(ch)
 }
 
@@ -146,6 +151,17 @@ func (e *Exporter) Collect(ch chan<- prom.Metric) {
 		for ns, st := range c.Stats() {
 			for _, m := range metrics {
 				ch <- prom.MustNewConstMetric(m.desc, m.kind, float64(m.value(st)), ns)
+			}
+			cp := st.Capabilities
+			for _, c := range []struct {
+				name string
+				on   bool
+			}{{"versions", cp.Versions}, {"leases", cp.Leases}, {"smearing", cp.Smearing}, {"hot_sharing", cp.HotSharing}} {
+				v := 0.0
+				if c.on {
+					v = 1
+				}
+				ch <- prom.MustNewConstMetric(e.capability, prom.GaugeValue, v, ns, c.name)
 			}
 		}
 		ch <- prom.MustNewConstMetric(e.inFlight, prom.GaugeValue, float64(c.LoadsInFlight()))

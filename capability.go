@@ -1,0 +1,119 @@
+package holdfast
+
+import (
+	"fmt"
+)
+
+// What the shared tier can do beyond Tier is found once, at New, by type:
+// Coordinator (versions for the stale-set guard, leases), Smearer (copies of
+// hot keys), HotSharer (a shared hot set). A policy that needs a capability
+// the tier lacks is an error from Cache.Namespace, never a silent downgrade
+// of a guarantee the docs make.
+//
+// A tier that wraps another (for tracing or metrics, say) keeps the wrapped
+// tier's capabilities in one of two ways, probed in this order:
+//
+//   - it implements the capability's interface itself, forwarding the calls
+//     (it then sees them, as a slog.Handler wrapper sees every record);
+//   - it has a method Unwrap() Tier returning the tier it wraps (as errors
+//     do with Unwrap): the Cache then sends that capability's calls to the
+//     first tier down the chain that has it, and only the Tier calls (Get,
+//     GetMany, Set, Delete) go through the wrapper.
+
+// Capabilities says what the shared tier can do for the Cache, and what a
+// namespace uses (Stats.Capabilities).
+type Capabilities struct {
+	// Versions: a Coordinator's per-key versions. Loads write with a
+	// compare-and-set on the version read before the source, so a value
+	// read before an invalidation is never stored after it.
+	Versions bool
+	// Leases: a Coordinator's per-key leases (Policy.Lease).
+	Leases bool
+	// Smearing: a Smearer's copies of hot keys on several nodes.
+	Smearing bool
+	// HotSharing: a HotSharer's hot set shared by every process
+	// (Policy.Hot.Share).
+	HotSharing bool
+}
+
+func (cp Capabilities) String() string {
+	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing)
+}
+
+// tierCaps is the shared tier's capabilities, each the first tier down the
+// Unwrap chain that has it.
+type tierCaps struct {
+	coord Coordinator
+	smear Smearer
+	share HotSharer
+}
+
+func probeTier(t Tier) tierCaps {
+	return tierCaps{
+		coord: probe[Coordinator](t),
+		smear: probe[Smearer](t),
+		share: probe[HotSharer](t),
+	}
+}
+
+// probe returns the first tier down t's Unwrap chain that implements I.
+func probe[I any](t Tier) I {
+	for depth := 0; t != nil && depth < 16; depth++ {
+		if x, ok := t.(I); ok {
+			return x
+		}
+		u, ok := t.(interface{ Unwrap() Tier })
+		if !ok {
+			break
+		}
+		t = u.Unwrap()
+	}
+	var zero I
+	return zero
+}
+
+func (tc tierCaps) capabilities() Capabilities {
+	return Capabilities{
+		Versions:   tc.coord != nil,
+		Leases:     tc.coord != nil,
+		Smearing:   tc.smear != nil && tc.smear.Copies() > 1,
+		HotSharing: tc.share != nil,
+	}
+}
+
+// Capabilities returns what the shared tier can do for this Cache; the zero
+// value without one.
+func (c *Cache) Capabilities() Capabilities { return c.caps.capabilities() }
+
+// checkCapabilities reports what p needs that the shared tier cannot do.
+func (c *Cache) checkCapabilities(p Policy) error {
+	if c.opts.Shared == nil {
+		if p.Lease.Enabled || p.Hot.Share {
+			return fmt.Errorf("holdfast: Policy.Lease and Policy.Hot.Share need a shared tier")
+		}
+		return nil
+	}
+	have := c.caps.capabilities()
+	missing := func(what, iface string) error {
+		return fmt.Errorf("holdfast: %s needs a shared tier that implements holdfast.%s; %T does not (a wrapping tier keeps it by implementing it or by an Unwrap() Tier method)", what, iface, c.opts.Shared)
+	}
+	switch {
+	case p.Lease.Enabled && !have.Leases:
+		return missing("Policy.Lease", "Coordinator")
+	case p.Hot.Share && !have.HotSharing:
+		return missing("Policy.Hot.Share", "HotSharer")
+	case !have.Versions && !p.UnguardedWrites:
+		return missing("the stale-set guard (or Policy.UnguardedWrites)", "Coordinator")
+	}
+	return nil
+}
+
+// uses is what namespace n uses of the tier's capabilities.
+func (n *Namespace) uses() Capabilities {
+	return Capabilities{
+		Versions:   n.coord != nil,
+		Leases:     n.coord != nil && n.p.Lease.Enabled,
+		Smearing:   n.smear != nil && n.smear.Copies() > 1,
+		HotSharing: n.c.caps.share != nil && n.p.Hot.Share,
+	}
+}
