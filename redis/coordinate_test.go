@@ -27,7 +27,16 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // newCache is one "process": its own Tier (its own connections) and Cache.
 func newCache(t *testing.T, addrs []string, p holdfast.Policy) *holdfast.Namespace {
 	t.Helper()
-	tr := newTier(t, Options{Addrs: addrs})
+	return newCacheWrapped(t, addrs, p, nil)
+}
+
+// newCacheWrapped is newCache with the Tier wrapped by wrap (nil: not).
+func newCacheWrapped(t *testing.T, addrs []string, p holdfast.Policy, wrap func(holdfast.Tier) holdfast.Tier) *holdfast.Namespace {
+	t.Helper()
+	var tr holdfast.Tier = newTier(t, Options{Addrs: addrs})
+	if wrap != nil {
+		tr = wrap(tr)
+	}
 	c, err := holdfast.New(holdfast.Options{Shared: tr, MaxConcurrentLoads: 64, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -273,13 +282,17 @@ func TestLeaseHolderKilled(t *testing.T) {
 
 // A slow load racing an invalidation: after Invalidate returns, the value
 // the load read before it is never readable from Redis.
-func TestStaleSetRace(t *testing.T) {
+func TestStaleSetRace(t *testing.T) { staleSetRace(t, nil) }
+
+// staleSetRace runs the randomized races with the loading process's tier
+// wrapped by wrap (nil: not wrapped).
+func staleSetRace(t *testing.T, wrap func(holdfast.Tier) holdfast.Tier) {
 	srv := redistest.Standalone(t)
 	rounds := 1000
 	if testing.Short() {
 		rounds = 200
 	}
-	loaderNS := newCache(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}})
+	loaderNS := newCacheWrapped(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}}, wrap)
 	writerNS := newCache(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}})
 	raw := rawClient(t, srv.Addr())
 	ctx := context.Background()
