@@ -224,7 +224,7 @@ func TestLoaderErrorsAreNotCached(t *testing.T) {
 	}
 }
 
-// Seed 000: a Redis failure during the put after a load made the loader run
+// A Redis failure during the put after a load once made the loader run
 // twice for one request. Here readers have their value before the write, the
 // loader runs once, and a stalled write fails nothing.
 func TestReadersDoNotWaitForTheSharedWrite(t *testing.T) {
@@ -1006,7 +1006,7 @@ func TestSharedHotSet(t *testing.T) {
 	}
 }
 
-// With the default policy (1,000 reads a minute, 2 s half-life), issue 6's
+// With the default policy (1,000 reads a minute, 2 s half-life), the viral-product
 // spike key, 1,600 reads a second, is in the hot tier well within a second.
 func TestSpikeKeyPromotedWithDefaults(t *testing.T) {
 	clk := fakeclock.New(t0)

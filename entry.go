@@ -16,7 +16,7 @@ type Entry struct {
 	Value []byte
 	// Origin is when the value was read from the source (the loader). It is
 	// never reset when the value is copied between tiers: staleness is
-	// counted from it (seed 000's open point: a value read from Redis can
+	// counted from it (a value read from Redis can
 	// already be seconds old).
 	Origin time.Time
 	// Soft is when the value stops being fresh: after it a read returns the

@@ -7,8 +7,8 @@ import (
 
 // A flight is one fetch of one key — shared-tier read, then load if needed —
 // that every concurrent reader of the key in this process waits on, so that
-// same-key misses run the loader once (seed 000: 16 concurrent misses ran the
-// loader 16 times under Spring's non-locking writer).
+// same-key misses run the loader once (Spring's cache with its default,
+// non-locking Redis writer ran it 16 times for 16 concurrent misses).
 //
 // A flight can publish twice: first a stale value that waiters take at once,
 // then, after the background refresh, the final outcome. Readers that join

@@ -11,8 +11,8 @@ import (
 // pendingDeletes holds a namespace's invalidations whose shared-tier delete
 // failed or was skipped by an open breaker. They are replayed until the tier
 // takes them; meanwhile this process reads the shared tier's copy of such a
-// key as a miss, so the old value is never served from it here (seed 000's
-// open point: an eviction that fails during an outage leaves an old value
+// key as a miss, so the old value is never served from it here (without
+// the replay, an eviction that fails during an outage leaves an old value
 // until its TTL).
 //
 // The set is bounded and deduplicated; each key keeps a sequence number so a

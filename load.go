@@ -146,7 +146,7 @@ func (n *Namespace) loadOutcome(ctx context.Context, start time.Time, err error)
 // shared tier, write is the item to write and the flight's store lock is
 // held: the caller writes it (alone, or batched with others) and then calls
 // f.endStore. Readers do not wait for that write, which may be slow or
-// failing (seed 000: a Redis failure during the put must neither fail the
+// failing (a Redis failure during the put must neither fail the
 // read nor run the loader again).
 func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta) (out outcome, write *Item) {
 	val, err, start, cost := lo.val, lo.err, lo.start, lo.cost

@@ -144,7 +144,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 			break
 		}
 		// The shared tier cannot answer: the last value this process saw is
-		// served while within its hard time (seed 000's decision 3), so an
+		// served while within its hard time, so an
 		// outage costs one load per key per hard TTL, not one per read.
 		lm := n.lkg.Get(key, now)
 		if lm == nil || now >= lm.hard {

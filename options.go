@@ -81,7 +81,7 @@ type Policy struct {
 	// StaleIfError is how long past its hard time a value may still be served
 	// when fresh data cannot be had: the shared tier failed and the loader
 	// failed, timed out or was rejected. Counted from the value's origin
-	// time plus TTL. Default 0: never (seed 000's windows: product info 30
+	// time plus TTL. Default 0: never (typical windows: product info 30
 	// min, list 10 min, stock 5 s).
 	StaleIfError time.Duration
 
@@ -137,7 +137,7 @@ type Policy struct {
 }
 
 // HotPolicy configures a namespace's hot tier: a small in-process tier of
-// encoded bytes (seed 002: ~35% of normal traffic, up to 70% in spikes).
+// encoded bytes (a local cache of hot keys took ~35% of normal traffic, up to 70% in spikes, in a large deployment).
 type HotPolicy struct {
 	// Disabled turns the hot tier off for this namespace.
 	Disabled bool
@@ -148,7 +148,7 @@ type HotPolicy struct {
 	MaxBytes int64
 	// Keys chooses which keys enter the hot tier: every key read (HotAll),
 	// or only the keys read at least Threshold times a second, found as
-	// they are read (HotDetected; seed 002: a local cache of hot keys only,
+	// they are read (HotDetected: a local cache of hot keys only,
 	// ~35% of normal traffic and up to 70% in spikes). The default,
 	// HotAuto, is HotDetected when the Cache has a shared tier and HotAll
 	// when it has not. With a shared tier that smears (Smearer), the keys
@@ -156,7 +156,7 @@ type HotPolicy struct {
 	// Keys says.
 	Keys HotKeys
 	// Threshold is the read rate, per second and key, at or above which a
-	// key is hot. Default 1000/60 (seed 004: 1,000 reads a minute).
+	// key is hot. Default 1000/60: 1,000 reads a minute.
 	Threshold float64
 	// HalfLife is how fast the detector forgets old reads: a key read at a
 	// steady rate r is estimated at r·(1 − 2^(−t/HalfLife)) after t, and one
@@ -192,7 +192,7 @@ const (
 
 // LeasePolicy configures per-key leases: on a shared-tier miss, a process
 // takes the key's lease before loading; the others wait for the value
-// instead of loading too (seed 000: Spring's locking writer coalesced across
+// instead of loading too (Spring's locking cache writer coalesced across
 // JVMs but with one lock per cache name and no TTL; these are per key and
 // expire by themselves). Leases never delay hits or other keys, and are
 // skipped while the shared tier fails.

@@ -13,7 +13,7 @@ import (
 // A Tier reports three outcomes, never two: a hit (found == true), a miss
 // (found == false, err == nil) and a failure (err != nil). A miss is a normal
 // answer and must never be reported as an error; the read path and the
-// breakers depend on telling them apart (seed 001: a Hit/Miss wrapper with
+// breakers depend on telling them apart (a Hit/Miss wrapper with
 // exceptions reserved for Redis failures).
 //
 // A Tier that skips the call because it already knows it would fail (an open
@@ -82,7 +82,7 @@ type Coordinator interface {
 }
 
 // Smearer is implemented by shared tiers that can spread a hot key's reads
-// over several nodes by keeping copies of it (seed 004: in Redis Cluster a
+// over several nodes by keeping copies of it (in Redis Cluster a
 // key lives on one node, and one viral product saturates that node). The
 // Cache uses the smeared calls for the keys its detector reports hot
 // (Policy.Hot) and the plain ones for every other key.

@@ -5,7 +5,7 @@
 // The same Store serves as the hot tier (small, short-lived, fresh values
 // only) and as the last-known-good store (larger, kept until the end of a
 // value's stale-if-error window). Both hold encoded bytes rather than decoded
-// objects, as seed 002's local cache does, so that a large cache is a few big
+// objects, as large deployments' local caches do, so that a large cache is a few big
 // allocations the garbage collector scans quickly, not millions of pointers.
 //
 // A read takes no lock: entries are found through a sync.Map (lock-free

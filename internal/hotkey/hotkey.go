@@ -10,8 +10,8 @@
 // threshold in bounded memory).
 //
 // Counts decay with a half-life, so the summary follows the traffic as it
-// changes instead of being reset each minute (seed 004's counters reset
-// every minute and miss a key that turns hot just after a reset). Decay is
+// changes instead of being reset each minute (counters reset every minute
+// miss a key that turns hot just after a reset). Decay is
 // "forward": a read at time t adds 2^((t − base)/halfLife) instead of 1, so
 // every count shrinks by the same factor as time passes and the heap order
 // never needs fixing; the base moves forward, dividing every count, before
@@ -35,7 +35,7 @@ import (
 // Options configures a Detector. The zero value gives the defaults.
 type Options struct {
 	// Threshold is the decayed read rate, in reads per second, at or above
-	// which a key is hot. Default 1000/60 (seed 004: 1,000 reads a minute).
+	// which a key is hot. Default 1000/60: 1,000 reads a minute.
 	Threshold float64
 	// HalfLife is how fast old reads stop counting. Default 10 s. A key read
 	// at a steady rate r is estimated at r·(1 − 2^(−t/HalfLife)) after t, so
