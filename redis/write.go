@@ -1,0 +1,309 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/breaker"
+)
+
+// Writes: every command for a slot's primary goes through toPrimaries,
+// which accounts for each primary's health on its own.
+
+// Set writes items with SET key value PX ttl, pipelined. Items that are too
+// large or have no positive TTL are refused (nothing sent for them) and the
+// rest are still written. The returned error joins the per-item errors.
+func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	c := &t.stats
+	c.sets.add(len(items))
+	var errs []error
+	cmds := make([]command, 0, len(items))
+	keys := make([]string, 0, len(items))
+	for _, it := range items {
+		full, err := t.checkItem(it)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ms := pxMillis(it.TTL)
+		// string(it.Value) copies: the command may still be queued for
+		// writing after Set returns on timeout, and the caller may reuse
+		// its buffer by then.
+		value := string(it.Value)
+		cmds = append(cmds, plainCommand(full, func(b rueidis.Builder) rueidis.Completed {
+			return b.Set().Key(full).Value(value).PxMilliseconds(ms).Build()
+		}))
+		keys = append(keys, it.Key)
+	}
+	if len(cmds) == 0 {
+		return errors.Join(errs...)
+	}
+	err := t.write(ctx, cmds, labels{op: "set", names: keys, failed: &c.setErrors, skipped: &c.setBypassed})
+	return errors.Join(append(errs, err)...)
+}
+
+// checkItem refuses an item that must not be sent, counting it, and
+// returns its full key otherwise.
+func (t *Tier) checkItem(it holdfast.Item) (string, error) {
+	c := &t.stats
+	full, err := t.fullKey(it.Key)
+	if err == nil && len(it.Value) > t.opts.MaxValueBytes {
+		err = fmt.Errorf("value of %d bytes over MaxValueBytes %d: %w", len(it.Value), t.opts.MaxValueBytes, holdfast.ErrTooLarge)
+	}
+	if errors.Is(err, holdfast.ErrTooLarge) {
+		c.tooLarge.add(1)
+	}
+	if err == nil && it.TTL <= 0 {
+		// Never write without expiry: a value Redis keeps forever
+		// outlives every staleness bound the Cache promises.
+		err = fmt.Errorf("TTL %v is not positive", it.TTL)
+	}
+	if err != nil {
+		c.setErrors.add(1)
+		return "", fmt.Errorf("redis tier set %q: %w", it.Key, err)
+	}
+	return full, nil
+}
+
+// pxMillis is a TTL for PX, which has millisecond resolution: rounded up so
+// that a short TTL never becomes 0 (an error in Redis).
+func pxMillis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Delete removes keys with one DEL per hash slot (one DEL in all for a
+// standalone server), pipelined. Deleting a missing key is not an error.
+func (t *Tier) Delete(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	c := &t.stats
+	c.deletes.add(len(keys))
+	var errs []error
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		f, err := t.fullKey(k)
+		if err != nil {
+			c.tooLarge.add(1)
+			c.deleteErrors.add(1)
+			errs = append(errs, fmt.Errorf("redis tier delete %q: %w", k, err))
+			continue
+		}
+		full[i] = f
+	}
+	groups := t.groupBySlot(full)
+	if len(groups) == 0 {
+		return errors.Join(errs...)
+	}
+	cmds := make([]command, len(groups))
+	names := make([]string, len(groups))
+	weights := make([]int, len(groups))
+	for gi, g := range groups {
+		cmds[gi] = plainCommand(g.keys[0], func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(g.keys...).Build() })
+		names[gi] = strings.Join(g.keys, " ")
+		weights[gi] = len(g.keys)
+	}
+	err := t.write(ctx, cmds, labels{op: "delete", names: names, weights: weights, failed: &c.deleteErrors, skipped: &c.delBypassed})
+	return errors.Join(append(errs, err)...)
+}
+
+// labels name a write's commands in errors and count the keys each carries
+// when it fails or is skipped.
+type labels struct {
+	op      string   // "set", "delete", ... in errors
+	names   []string // one per command
+	weights []int    // keys per command; nil: 1 each
+	failed  *counter
+	skipped *counter // skipped by the open breaker or an ejected primary
+}
+
+func (l labels) weight(i int) int {
+	if l.weights == nil {
+		return 1
+	}
+	return l.weights[i]
+}
+
+// write sends cmds (see toPrimaries) under WriteTimeout and returns the
+// failed commands' errors, joined, counting each with l.
+func (t *Tier) write(ctx context.Context, cmds []command, l labels) error {
+	results, err := t.toPrimaries(ctx, t.opts.WriteTimeout, cmds)
+	if err != nil {
+		n := 0
+		for i := range cmds {
+			n += l.weight(i)
+		}
+		countFailure(err, l.failed, l.skipped, n)
+		return fmt.Errorf("redis tier %s %d keys: %w", l.op, len(cmds), err)
+	}
+	var errs []error
+	for i, r := range results {
+		if err := r.Error(); err != nil {
+			countFailure(err, l.failed, l.skipped, l.weight(i))
+			errs = append(errs, fmt.Errorf("redis tier %s %q: %w", l.op, l.names[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// countFailure counts n keys of a command that failed with err: skipped
+// (an error wrapping holdfast.ErrBypassed: nothing was sent) or failed.
+func countFailure(err error, failed, skipped *counter, n int) {
+	if errors.Is(err, holdfast.ErrBypassed) {
+		skipped.add(n)
+	} else {
+		failed.add(n)
+	}
+}
+
+// toPrimaries is the one way a command reaches its slot's primary: writes,
+// scripts, leases and version reads all go through it. It sends cmds
+// through the breaker with a deadline of timeout, pipelined (see send for
+// scripts and TRYAGAIN), and returns one result per command. err is set,
+// and nothing sent, when the breaker or the tier refuses the whole call.
+//
+// With per-node health each command is attributed to its slot's primary in
+// the map: a command whose primary is ejected is not sent and fails with an
+// error wrapping holdfast.ErrBypassed; the rest go in one pipeline per
+// primary, concurrently, so that a frozen primary costs the others
+// nothing; and each primary's outcome goes to its health, which counts
+// for the tier's breaker only when the node cannot be ejected. Without it
+// (a standalone server, or Cluster.Disabled), the first failure goes to the
+// tier's breaker.
+//
+// While Redis is suspect (guarded) or when the call spans primaries, each
+// pipeline runs on a goroutine the Tier owns and the caller leaves at the
+// deadline whatever rueidis does.
+func (t *Tier) toPrimaries(ctx context.Context, timeout time.Duration, cmds []command) ([]rueidis.RedisResult, error) {
+	gen, err := t.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	results := make([]rueidis.RedisResult, len(cmds))
+	batches := t.byPrimary(cmds, results)
+	if len(batches) == 0 {
+		t.settle(gen, breaker.Ignore) // every primary ejected: nothing sent
+		return results, nil
+	}
+	if len(batches) == 1 && !t.guarded() {
+		batches[0].ch <- send(cctx, t.client, batches[0].cmds)
+	} else {
+		for _, b := range batches {
+			if !t.goOwned(func() { b.ch <- send(cctx, t.client, b.cmds) }) {
+				b.ch <- errorResults(len(b.cmds), errClosed)
+			}
+		}
+	}
+	o := breaker.Ignore
+	var first error // without per-node health
+	for _, b := range batches {
+		var rs []rueidis.RedisResult
+		select {
+		case rs = <-b.ch:
+		case <-cctx.Done():
+			rs = errorResults(len(b.cmds), cctx.Err())
+		}
+		for j, i := range b.idx {
+			results[i] = rs[j]
+		}
+		// One outcome per primary per call: a pipeline that timed out on
+		// a node is one failure of that node, not one per command.
+		err := worstErr(ctx, rs)
+		if t.nodes == nil {
+			first = err
+			continue
+		}
+		if b.n != nil {
+			b.n.requests.add(len(b.cmds))
+		}
+		o = worse(o, t.nodeOutcome(ctx, b.n, err))
+	}
+	if t.nodes == nil {
+		t.end(ctx, gen, first)
+	} else {
+		t.settle(gen, o)
+	}
+	return results, nil
+}
+
+// primaryBatch is the commands of one toPrimaries call that go to one
+// primary.
+type primaryBatch struct {
+	n    *node // nil: no per-node health, or a slot the map lacks
+	idx  []int // positions in the call
+	cmds []command
+	ch   chan []rueidis.RedisResult
+}
+
+// byPrimary splits cmds into one batch per primary, setting the results of
+// commands whose primary is ejected, which are not sent.
+func (t *Tier) byPrimary(cmds []command, results []rueidis.RedisResult) []*primaryBatch {
+	if t.nodes == nil {
+		b := &primaryBatch{idx: make([]int, len(cmds)), cmds: cmds, ch: make(chan []rueidis.RedisResult, 1)}
+		for i := range b.idx {
+			b.idx[i] = i
+		}
+		return []*primaryBatch{b}
+	}
+	slots := make([]uint16, len(cmds))
+	for i, c := range cmds {
+		slots[i] = slot(c.key)
+	}
+	owners, skip := t.nodes.writeOwners(slots)
+	var batches []*primaryBatch
+	byNode := map[*node]*primaryBatch{}
+	for i, c := range cmds {
+		if skip[i] {
+			results[i] = rueidis.NewErrorResult(fmt.Errorf("primary %s ejected: %w", owners[i].addr, holdfast.ErrBypassed))
+			continue
+		}
+		b := byNode[owners[i]]
+		if b == nil {
+			b = &primaryBatch{n: owners[i], ch: make(chan []rueidis.RedisResult, 1)}
+			byNode[owners[i]] = b
+			batches = append(batches, b)
+		}
+		b.idx = append(b.idx, i)
+		b.cmds = append(b.cmds, c)
+	}
+	return batches
+}
+
+// worstErr is the error among rs that says the most against the node:
+// the first that counts as a failure, else the first that is ignored (the
+// caller cancelled), else nil.
+func worstErr(ctx context.Context, rs []rueidis.RedisResult) error {
+	var ignored error
+	for _, r := range rs {
+		err := r.Error()
+		switch outcome(ctx, err) {
+		case breaker.Failure:
+			return err
+		case breaker.Ignore:
+			if ignored == nil {
+				ignored = err
+			}
+		}
+	}
+	return ignored
+}
+
+// one sends cmd through toPrimaries with timeout.
+func (t *Tier) one(ctx context.Context, timeout time.Duration, cmd command) rueidis.RedisResult {
+	rs, err := t.toPrimaries(ctx, timeout, []command{cmd})
+	if err != nil {
+		return rueidis.NewErrorResult(err)
+	}
+	return rs[0]
+}
