@@ -14,6 +14,10 @@ import (
 // the tier smears); many read the plain keys in one GetMany and each hot
 // key's copy on its own, concurrently.
 func (n *Namespace) lookup(ctx context.Context, js []*job) {
+	if len(js) == 1 {
+		n.lookupOne(ctx, js[0])
+		return
+	}
 	now := n.now()
 	toRead := js[:0:0]
 	for _, j := range js {
@@ -32,8 +36,6 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 		for i := range statuses {
 			statuses[i] = tierNone
 		}
-	} else if len(toRead) == 1 {
-		metas[0], statuses[0] = n.sharedGet(ctx, toRead[0].key)
 	} else {
 		n.sharedGetMany(ctx, toRead, metas, statuses)
 	}
@@ -44,6 +46,23 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 		j.status = statuses[i]
 		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
 	}
+}
+
+// lookupOne is lookup for one job, the common case (every Get), without
+// the batch's slices.
+func (n *Namespace) lookupOne(ctx context.Context, j *job) {
+	now := n.now()
+	if out, ok := n.recheckHot(j.key, now, j.refreshOf); ok {
+		j.out, j.done = out, true
+		return
+	}
+	var m meta
+	j.status = tierNone
+	if n.c.opts.Shared != nil {
+		m, j.status = n.sharedGet(ctx, j.key)
+		now = n.now() // see lookup
+	}
+	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
 }
 
 // sharedGetMany reads the jobs' keys from the shared tier into metas and

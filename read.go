@@ -113,14 +113,15 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Resul
 		n.finish(j)
 		return Result{}, ErrClosed
 	}
-	detached := context.WithoutCancel(ctx)
-	js := []*job{j}
-	n.lookup(detached, js)
+	// The lookup ignores ctx's cancellation (joiners depend on it) but
+	// needs none of its values: the tier bounds it by its read budget.
+	n.lookupOne(n.c.ctx, j)
 	if j.done {
 		n.finish(j)
 		return j.out.res, j.out.err
 	}
-	if !n.c.goOwned(func() { n.loadAndFinish(detached, js, oneKey(loader)) }) {
+	detached := context.WithoutCancel(ctx)
+	if !n.c.goOwned(func() { n.loadAndFinish(detached, []*job{j}, oneKey(loader)) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
 		return Result{}, ErrClosed

@@ -49,7 +49,10 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 	if n.lkg != nil {
 		if m.negative {
 			n.lkg.Delete(key)
-		} else {
+		} else if old := n.lkg.Get(key, now); old == nil || old.origin != m.origin {
+			// A shared-tier hit of the value it already holds, the
+			// common case, costs a lookup, not a write (and keeps the
+			// version it was loaded under, which a hit does not know).
 			n.lkg.Set(key, *m, size, m.hard+int64(n.p.StaleIfError))
 		}
 	}

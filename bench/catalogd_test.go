@@ -34,8 +34,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
-	"github.com/holdfast-dev/holdfast/catalog"
-	cdhttp "github.com/holdfast-dev/holdfast/http"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -162,22 +162,22 @@ func load(b *testing.B, c *http.Client, base string, clients int, d time.Duratio
 	return float64(total.Load()) / elapsed.Seconds()
 }
 
-// catalogdPair serves catalogd (as cmd/catalogd wires it without Redis, over
-// an in-memory store) and the baseline handler, every id warmed, and
+// catalogdPair serves catalogd (as catalogd/main.go wires it without Redis,
+// over an in-memory store) and the baseline handler, every id warmed, and
 // returns their URLs, a client, the Cache, and a function that stops both.
 func catalogdPair(b *testing.B, clients int) (catURL, baseURL string, c *http.Client, cache *holdfast.Cache, stop func()) {
 	store := &memStore{rows: catalog.Generate(catalog.DefaultSeed, catalog.SeedSize)}
-	// As cmd/catalogd wires it without Redis: the exporter as recorder,
+	// As catalogd/main.go wires it without Redis: the exporter as recorder,
 	// metrics on, request logging at info (so the debug request log is off).
 	cache, err := holdfast.New(holdfast.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	pol := cdhttp.DefaultPolicies()
+	pol := httpapi.DefaultPolicies()
 	for _, p := range []*holdfast.Policy{&pol.Product, &pol.Stock, &pol.List, &pol.Search} {
 		p.Hot.TTL = p.TTL // no shared tier: the hot tier keeps values to their soft time
 	}
-	h, err := cdhttp.NewHandler(cdhttp.Config{Store: store, Cache: cache, Policies: pol,
+	h, err := httpapi.NewHandler(httpapi.Config{Store: store, Cache: cache, Policies: pol,
 		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
@@ -236,7 +236,7 @@ func BenchmarkCatalogdProductGet(b *testing.B) {
 	b.ReportMetric(catRate/rounds, "catalogd-req/s")
 	b.ReportMetric(baseRate/rounds, "baseline-req/s")
 	b.ReportMetric(catRate/baseRate, "ratio")
-	if s := cache.Stats()[cdhttp.NamespaceProduct]; s.Overloaded+s.LoadErrors > 0 {
+	if s := cache.Stats()[httpapi.NamespaceProduct]; s.Overloaded+s.LoadErrors > 0 {
 		b.Errorf("product namespace: %d overloaded, %d load errors", s.Overloaded, s.LoadErrors)
 	}
 }

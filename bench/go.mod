@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/holdfast-dev/holdfast v0.0.0
+	github.com/holdfast-dev/holdfast/catalogd v0.0.0
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79
@@ -23,4 +24,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/holdfast-dev/holdfast => ../
+replace (
+	github.com/holdfast-dev/holdfast => ../
+	github.com/holdfast-dev/holdfast/catalogd => ../catalogd
+)

@@ -2,8 +2,8 @@
 // holdfast: embedded SQLite by default, PostgreSQL with -postgres-dsn, Redis
 // as the shared tier with -redis.
 //
-//	go run ./cmd/catalogd                         # SQLite under the user cache dir, in-process tiers
-//	go run ./cmd/catalogd -redis 127.0.0.1:6379 -postgres-dsn postgres://…
+//	go run ./catalogd                         # SQLite under the user cache dir, in-process tiers
+//	go run ./catalogd -redis 127.0.0.1:6379 -postgres-dsn postgres://…
 //
 // Every flag can also be given as an environment variable: CATALOGD_ and the
 // flag's name in capitals with '-' as '_' (-data-dir is CATALOGD_DATA_DIR).
@@ -13,8 +13,10 @@
 // database, in that order.
 //
 // This file only wires: the service is package
-// github.com/holdfast-dev/holdfast/http, the stores are packages sqlite and
-// postgres.
+// github.com/holdfast-dev/holdfast/catalogd/httpapi, the stores are packages
+// sqlite and postgres. Run from the repository root, the go.work there
+// resolves the holdfast modules this one requires; the replace directives
+// in go.mod do the same when this module is built on its own.
 package main
 
 import (
@@ -32,12 +34,12 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
-	"github.com/holdfast-dev/holdfast/catalog"
-	cdhttp "github.com/holdfast-dev/holdfast/http"
-	"github.com/holdfast-dev/holdfast/postgres"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
+	"github.com/holdfast-dev/holdfast/catalogd/postgres"
+	"github.com/holdfast-dev/holdfast/catalogd/sqlite"
 	hfprom "github.com/holdfast-dev/holdfast/prometheus"
 	"github.com/holdfast-dev/holdfast/redis"
-	"github.com/holdfast-dev/holdfast/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -76,7 +78,7 @@ type Config struct {
 	RedisKeyPrefix  string
 	MaxLoads        int
 	HotTTL          time.Duration
-	Policies        cdhttp.Policies
+	Policies        httpapi.Policies
 	ShutdownTimeout time.Duration
 	Pprof           bool
 	LogLevel        string
@@ -92,8 +94,8 @@ type Main struct {
 	store   catalog.Store
 	tier    *redis.Lazy
 	cache   *holdfast.Cache
-	handler *cdhttp.Handler
-	server  *cdhttp.Server
+	handler *httpapi.Handler
+	server  *httpapi.Server
 }
 
 // NewMain returns a Main writing its logs to os.Stderr.
@@ -120,7 +122,7 @@ func envName(flagName string) string {
 // set. It returns flag.ErrHelp after printing the usage for -h.
 func (m *Main) ParseFlags(args []string) error {
 	c := &m.Config
-	d := cdhttp.DefaultPolicies()
+	d := httpapi.DefaultPolicies()
 	fs := flag.NewFlagSet("catalogd", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.StringVar(&c.Addr, "addr", ":8080", "address to listen on")
@@ -270,16 +272,16 @@ func (m *Main) Run(ctx context.Context) error {
 			pol.Hot.TTL = pol.TTL // capped at the soft time by holdfast
 		}
 	}
-	var checks []cdhttp.Check
+	var checks []httpapi.Check
 	if m.tier != nil {
 		tier := m.tier
-		checks = append(checks, cdhttp.Check{Name: "redis", Func: func(ctx context.Context) error {
+		checks = append(checks, httpapi.Check{Name: "redis", Func: func(ctx context.Context) error {
 			// A miss is a healthy answer; only an error means trouble.
 			_, _, err := tier.Get(ctx, "readyz")
 			return err
 		}})
 	}
-	m.handler, err = cdhttp.NewHandler(cdhttp.Config{
+	m.handler, err = httpapi.NewHandler(httpapi.Config{
 		Store:    m.store,
 		Cache:    m.cache,
 		Policies: p,
@@ -291,7 +293,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.server = cdhttp.NewServer(m.handler, log)
+	m.server = httpapi.NewServer(m.handler, log)
 	if err := m.server.Open(c.Addr); err != nil {
 		return err
 	}

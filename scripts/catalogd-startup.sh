@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Times `go run ./cmd/catalogd` from the command to its first 200 from
+# Times `go run ./catalogd` from the command to its first 200 from
 # /v1/products/1 on a fresh data directory (migrations and the seeding of
 # 10,000 products included), on a free loopback port. Set GOCACHE to an
 # empty directory to time a cold build as well:
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 trap 'kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
 start=$(date +%s.%N)
-go build -o "$dir/catalogd" ./cmd/catalogd
+go build -o "$dir/catalogd" ./catalogd
 built=$(date +%s.%N)
 "$dir/catalogd" -addr 127.0.0.1:0 -data-dir "$dir/data" >"$dir/log" 2>&1 &
 pid=$!

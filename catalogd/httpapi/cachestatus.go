@@ -1,4 +1,4 @@
-package http
+package httpapi
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package http_test
+package httpapi_test
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
-	cdhttp "github.com/holdfast-dev/holdfast/http"
-	"github.com/holdfast-dev/holdfast/internal/pgtest"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
+	"github.com/holdfast-dev/holdfast/catalogd/internal/pgtest"
+	"github.com/holdfast-dev/holdfast/catalogd/postgres"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
-	"github.com/holdfast-dev/holdfast/postgres"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // long another instance serves a product after an update.
 const e2eHotTTL = 300 * time.Millisecond
 
-// instance is one catalogd as cmd/catalogd wires it with -redis and
+// instance is one catalogd as catalogd/main.go wires it with -redis and
 // -postgres-dsn, on its own loopback port.
 func instance(t *testing.T, dsn string, addrs []string) string {
 	t.Helper()
@@ -49,16 +49,16 @@ func instance(t *testing.T, dsn string, addrs []string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cache.Close() })
-	pol := cdhttp.DefaultPolicies()
+	pol := httpapi.DefaultPolicies()
 	for _, p := range []*holdfast.Policy{&pol.Product, &pol.Stock, &pol.List, &pol.Search} {
 		p.Hot.TTL = e2eHotTTL
 	}
-	h, err := cdhttp.NewHandler(cdhttp.Config{Store: db, Cache: cache, Policies: pol, Logger: quiet, Registry: prometheus.NewRegistry(),
-		Checks: []cdhttp.Check{{Name: "redis", Func: func(ctx context.Context) error { _, _, err := tier.Get(ctx, "readyz"); return err }}}})
+	h, err := httpapi.NewHandler(httpapi.Config{Store: db, Cache: cache, Policies: pol, Logger: quiet, Registry: prometheus.NewRegistry(),
+		Checks: []httpapi.Check{{Name: "redis", Func: func(ctx context.Context) error { _, _, err := tier.Get(ctx, "readyz"); return err }}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := cdhttp.NewServer(h, quiet)
+	s := httpapi.NewServer(h, quiet)
 	if err := s.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

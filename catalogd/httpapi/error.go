@@ -1,4 +1,4 @@
-package http
+package httpapi
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"net/http"
 
 	"github.com/holdfast-dev/holdfast"
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 // The codes of JSON error bodies. Clients branch on the code, never on the

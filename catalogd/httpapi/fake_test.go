@@ -1,4 +1,4 @@
-package http_test
+package httpapi_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 // fakeStore is a hand-written catalog.Store for the handler's logic: a few

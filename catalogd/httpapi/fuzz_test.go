@@ -1,4 +1,4 @@
-package http_test
+package httpapi_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-dev/holdfast"
-	cdhttp "github.com/holdfast-dev/holdfast/http"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 )
 
 // FuzzRequest sends arbitrary paths, queries, bodies and If-Match headers:
@@ -30,7 +30,7 @@ func FuzzRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer cache.Close()
-	h, err := cdhttp.NewHandler(cdhttp.Config{Store: newFakeStore(), Cache: cache, Logger: quiet})
+	h, err := httpapi.NewHandler(httpapi.Config{Store: newFakeStore(), Cache: cache, Logger: quiet})
 	if err != nil {
 		f.Fatal(err)
 	}

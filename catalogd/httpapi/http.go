@@ -1,4 +1,4 @@
-// Package http is catalogd's HTTP JSON API: the product catalog of package
+// Package httpapi is catalogd's HTTP JSON API: the product catalog of package
 // catalog served through holdfast.
 //
 // Reads go through four holdfast namespaces, each with its own policy (see
@@ -58,7 +58,7 @@
 // was read from the database. This package is the only one that knows HTTP:
 // errorStatus maps the error kinds of catalog and holdfast to status codes
 // and to the JSON error bodies clients see.
-package http
+package httpapi
 
 import (
 	"context"
@@ -71,7 +71,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )

@@ -1,4 +1,4 @@
-package http_test
+package httpapi_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
-	"github.com/holdfast-dev/holdfast/catalog"
-	cdhttp "github.com/holdfast-dev/holdfast/http"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/inmem"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -36,13 +36,13 @@ func newInmemTier() *inmem.Tier { return inmem.New(nil) }
 type setup struct {
 	shared   holdfast.Tier
 	maxLoads int
-	checks   []cdhttp.Check
-	policies func(*cdhttp.Policies) // adjusts testPolicies
+	checks   []httpapi.Check
+	policies func(*httpapi.Policies) // adjusts testPolicies
 }
 
 type env struct {
 	t     *testing.T
-	h     *cdhttp.Handler
+	h     *httpapi.Handler
 	store *fakeStore
 	cache *holdfast.Cache
 }
@@ -50,8 +50,8 @@ type env struct {
 // testPolicies are the defaults with a hot tier that lasts as long as the
 // values' soft times, so that time-travel tests see the namespaces' own
 // windows and not the hot tier's shorter TTL.
-func testPolicies() cdhttp.Policies {
-	p := cdhttp.DefaultPolicies()
+func testPolicies() httpapi.Policies {
+	p := httpapi.DefaultPolicies()
 	for _, pol := range []*holdfast.Policy{&p.Product, &p.Stock, &p.List, &p.Search} {
 		pol.Hot.TTL = time.Hour
 	}
@@ -70,7 +70,7 @@ func newEnv(t *testing.T, s setup) *env {
 	if s.policies != nil {
 		s.policies(&pol)
 	}
-	h, err := cdhttp.NewHandler(cdhttp.Config{
+	h, err := httpapi.NewHandler(httpapi.Config{
 		Store: store, Cache: cache, Policies: pol, Clock: timeClock{}, Logger: quiet,
 		Registry: prometheus.NewRegistry(), Checks: s.checks,
 	})
@@ -297,7 +297,7 @@ func TestOverloaded(t *testing.T) {
 	if rec := <-done; rec.Code != 200 {
 		t.Errorf("the slow load ended %d: %s", rec.Code, rec.Body)
 	}
-	if s := e.cache.Stats()[cdhttp.NamespaceProduct]; s.Overloaded != 1 {
+	if s := e.cache.Stats()[httpapi.NamespaceProduct]; s.Overloaded != 1 {
 		t.Errorf("Overloaded %d, want 1", s.Overloaded)
 	}
 }
@@ -312,7 +312,7 @@ func TestCollapsed(t *testing.T) {
 	<-e.store.entered
 	second := make(chan *httptest.ResponseRecorder)
 	go func() { second <- e.get("/v1/products/1") }()
-	for e.cache.Stats()[cdhttp.NamespaceProduct].Coalesced == 0 {
+	for e.cache.Stats()[httpapi.NamespaceProduct].Coalesced == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	close(e.store.release)
@@ -523,8 +523,8 @@ func TestListAndSearch(t *testing.T) {
 // TestHealthAndReady: liveness never checks dependencies; readiness needs
 // the database and only reports Redis.
 func TestHealthAndReady(t *testing.T) {
-	redisDown := cdhttp.Check{Name: "redis", Func: func(context.Context) error { return errors.New("connection refused") }}
-	e := newEnv(t, setup{checks: []cdhttp.Check{redisDown}})
+	redisDown := httpapi.Check{Name: "redis", Func: func(context.Context) error { return errors.New("connection refused") }}
+	e := newEnv(t, setup{checks: []httpapi.Check{redisDown}})
 	if rec := e.get("/healthz"); rec.Code != 200 {
 		t.Errorf("healthz %d", rec.Code)
 	}
@@ -585,16 +585,16 @@ func TestMetrics(t *testing.T) {
 // TestNewHandlerErrors: a missing store or cache, or a namespace that
 // exists already, is an error, not a panic.
 func TestNewHandlerErrors(t *testing.T) {
-	if _, err := cdhttp.NewHandler(cdhttp.Config{}); err == nil {
+	if _, err := httpapi.NewHandler(httpapi.Config{}); err == nil {
 		t.Error("no error without Store and Cache")
 	}
 	cache, _ := holdfast.New(holdfast.Options{})
 	defer cache.Close()
-	cfg := cdhttp.Config{Store: newFakeStore(), Cache: cache, Logger: quiet}
-	if _, err := cdhttp.NewHandler(cfg); err != nil {
+	cfg := httpapi.Config{Store: newFakeStore(), Cache: cache, Logger: quiet}
+	if _, err := httpapi.NewHandler(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cdhttp.NewHandler(cfg); err == nil {
+	if _, err := httpapi.NewHandler(cfg); err == nil {
 		t.Error("no error when the namespaces exist already")
 	}
 }
@@ -604,7 +604,7 @@ func TestPprof(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		cache, _ := holdfast.New(holdfast.Options{Logger: quiet})
 		defer cache.Close()
-		h, err := cdhttp.NewHandler(cdhttp.Config{Store: newFakeStore(), Cache: cache, Logger: quiet, Pprof: on})
+		h, err := httpapi.NewHandler(httpapi.Config{Store: newFakeStore(), Cache: cache, Logger: quiet, Pprof: on})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -658,7 +658,7 @@ func TestRacingLoadIsRefused(t *testing.T) {
 func TestRejectedRefreshServesStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The slow load must outlast the test's 6 s.
-		e := newEnv(t, setup{maxLoads: 1, policies: func(p *cdhttp.Policies) { p.Product.LoadTimeout = time.Minute }})
+		e := newEnv(t, setup{maxLoads: 1, policies: func(p *httpapi.Policies) { p.Product.LoadTimeout = time.Minute }})
 		e.get("/v1/products/1")
 		e.get("/v1/products/3")
 		e.store.blockID, e.store.entered, e.store.release = 4, make(chan struct{}), make(chan struct{})
@@ -680,7 +680,7 @@ func TestRejectedRefreshServesStale(t *testing.T) {
 		if code := <-done; code != 200 {
 			t.Errorf("the slow load ended %d", code)
 		}
-		if s := e.cache.Stats()[cdhttp.NamespaceStock]; s.Rejected != 2 || s.Overloaded != 0 {
+		if s := e.cache.Stats()[httpapi.NamespaceStock]; s.Rejected != 2 || s.Overloaded != 0 {
 			t.Errorf("stock: %d rejected, %d overloaded; want 2, 0", s.Rejected, s.Overloaded)
 		}
 	})
@@ -704,12 +704,12 @@ func TestHotKeysEndpoint(t *testing.T) {
 		Key  string  `json:"key"`
 		Rate float64 `json:"reads_per_second"`
 	}](t, rec)
-	for _, ns := range []string{cdhttp.NamespaceProduct, cdhttp.NamespaceStock} {
+	for _, ns := range []string{httpapi.NamespaceProduct, httpapi.NamespaceStock} {
 		if hk := body[ns]; len(hk) != 1 || hk[0].Key != "2" || hk[0].Rate < 1000.0/60 {
 			t.Errorf("%s hot keys %+v, want product 2 alone, above 1,000 reads a minute", ns, hk)
 		}
 	}
-	if hk, ok := body[cdhttp.NamespaceList]; !ok || len(hk) != 0 {
+	if hk, ok := body[httpapi.NamespaceList]; !ok || len(hk) != 0 {
 		t.Errorf("list hot keys %+v, want an empty list", hk)
 	}
 }

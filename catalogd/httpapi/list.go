@@ -1,4 +1,4 @@
-package http
+package httpapi
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 // listProducts serves GET /v1/products?category=&page=&size=&sort=, one page

@@ -1,10 +1,10 @@
-package http
+package httpapi
 
 import (
 	"strconv"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

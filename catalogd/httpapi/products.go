@@ -1,4 +1,4 @@
-package http
+package httpapi
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 // invalidateTimeout bounds the cache invalidation after a write. The write

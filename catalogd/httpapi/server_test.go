@@ -1,4 +1,4 @@
-package http_test
+package httpapi_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	cdhttp "github.com/holdfast-dev/holdfast/http"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 )
 
 // TestServerDrains: Close waits for a request in flight to finish and the
@@ -19,7 +19,7 @@ func TestServerDrains(t *testing.T) {
 		<-release
 		io.WriteString(w, "done")
 	})
-	s := cdhttp.NewServer(h, quiet)
+	s := httpapi.NewServer(h, quiet)
 	if err := s.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestServerDrains(t *testing.T) {
 func TestServerCloseCutsOff(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
-	s := cdhttp.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := httpapi.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
 		select {
 		case <-release:

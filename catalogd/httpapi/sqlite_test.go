@@ -1,4 +1,4 @@
-package http_test
+package httpapi_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/holdfast-dev/holdfast"
-	"github.com/holdfast-dev/holdfast/catalog"
-	cdhttp "github.com/holdfast-dev/holdfast/http"
-	"github.com/holdfast-dev/holdfast/sqlite"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
+	"github.com/holdfast-dev/holdfast/catalogd/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -31,11 +31,11 @@ func realServer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cache.Close() })
-	h, err := cdhttp.NewHandler(cdhttp.Config{Store: db, Cache: cache, Logger: quiet, Registry: prometheus.NewRegistry()})
+	h, err := httpapi.NewHandler(httpapi.Config{Store: db, Cache: cache, Logger: quiet, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := cdhttp.NewServer(h, quiet)
+	s := httpapi.NewServer(h, quiet)
 	if err := s.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
-	"github.com/holdfast-dev/holdfast/catalog/catalogtest"
-	"github.com/holdfast-dev/holdfast/internal/pgtest"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog/catalogtest"
+	"github.com/holdfast-dev/holdfast/catalogd/internal/pgtest"
 )
 
 // TestMain shares one throwaway PostgreSQL cluster among all the tests and

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 //go:embed migrations/0001_schema.sql

@@ -13,8 +13,8 @@
 // shell) holding the lock.
 //
 // The driver is modernc.org/sqlite, SQLite translated to Go: no cgo and no C
-// toolchain, so `go run ./cmd/catalogd` works on a fresh machine with
-// nothing but Go installed.
+// toolchain, so `go run ./catalogd` works on a fresh machine with nothing
+// but Go installed.
 package sqlite
 
 import (
@@ -30,7 +30,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 
 	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
 	sqlite3 "modernc.org/sqlite/lib"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
-	"github.com/holdfast-dev/holdfast/catalog/catalogtest"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog/catalogtest"
 )
 
 // template is a seeded, closed catalog file that newStore copies, so the

@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 const productCols = "id, code, name, category, price_cents, status, version, updated_at"

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 // Run runs the suite. newStore must return a new store holding exactly the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 // model is the generated catalog held in memory, with the list and search

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 func testProduct(t *testing.T, s catalog.Store, m *model) {

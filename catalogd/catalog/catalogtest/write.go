@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 )
 
 func testUpdate(t *testing.T, s catalog.Store, m *model, free *picker) {
