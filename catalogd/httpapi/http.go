@@ -117,7 +117,10 @@ type Policies struct {
 // because a new or renamed product should reach autocomplete soon. Every
 // namespace shares its hot keys with the other instances through Redis
 // (Hot.Share), so that a product going viral is kept in every instance's
-// memory, and smeared, as soon as one of them sees it.
+// memory, and smeared, as soon as one of them sees it. NewHandler turns
+// Hot.Share off when the Cache's shared tier cannot exchange hot keys (no
+// Redis): holdfast refuses such a policy, and each instance then finds its
+// hot keys on its own.
 func DefaultPolicies() Policies {
 	share := holdfast.HotPolicy{Share: true}
 	return Policies{
@@ -137,6 +140,14 @@ func (p Policies) withDefaults() Policies {
 		if f.got.TTL == 0 {
 			*f.got = *f.def
 		}
+	}
+	return p
+}
+
+// withoutHotShare turns Hot.Share off in every namespace.
+func (p Policies) withoutHotShare() Policies {
+	for _, pol := range []*holdfast.Policy{&p.Product, &p.Stock, &p.List, &p.Search} {
+		pol.Hot.Share = false
 	}
 	return p
 }
@@ -246,6 +257,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 		mux:          http.NewServeMux(),
 	}
 	pol := cfg.Policies.withDefaults()
+	if !cfg.Cache.Capabilities().HotSharing {
+		pol = pol.withoutHotShare()
+	}
 	var err error
 	for _, ns := range []struct {
 		dst  **holdfast.Namespace
