@@ -3,7 +3,6 @@ module github.com/holdfast-dev/holdfast
 go 1.26.0
 
 require (
-	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79
 )

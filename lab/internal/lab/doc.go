@@ -1,4 +1,4 @@
-// Package lab is the engine of cmd/holdfast-lab: it re-runs the seeds'
+// Package lab is the engine of the lab command: it re-runs the seeds'
 // experiments against real redis-server processes, with the naive
 // cache-aside read path (the seeds' "before") beside holdfast in the same
 // run.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast-dev/holdfast/internal/lab"
+	"github.com/holdfast-dev/holdfast/lab/internal/lab"
 )
 
 // TestMain lets the test binary serve as a lab child process, as the

@@ -1,11 +1,13 @@
-// Command holdfast-lab re-runs the seeds' experiments against real processes:
-// it starts redis-server itself, drives an open-model load through each mode
-// (naive cache-aside, the seeds' "before", then holdfast) and writes a JSON
-// report, a markdown table and an SVG chart per scenario.
+// Command lab (holdfast-lab in its messages) re-runs the seeds' experiments
+// against real processes: it starts redis-server itself, drives an
+// open-model load through each mode (naive cache-aside, the seeds' "before",
+// then holdfast) and writes a JSON report, a markdown table and an SVG chart
+// per scenario. From the repository root (the go.work there resolves this
+// module's holdfast requirements):
 //
-//	go run ./cmd/holdfast-lab -list
-//	go run ./cmd/holdfast-lab -scenario redis-freeze -out lab-out
-//	go run ./cmd/holdfast-lab -scenario all -out lab-out
+//	go run ./lab -list
+//	go run ./lab -scenario redis-freeze -out lab-out
+//	go run ./lab -scenario all -out lab-out
 //
 // It exits non-zero when a scenario or mode could not run because a part it
 // needs is not built yet; it never fakes the part.
@@ -23,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/lab"
+	"github.com/holdfast-dev/holdfast/lab/internal/lab"
 )
 
 func main() {
@@ -153,7 +155,7 @@ func (m *Main) Run(ctx context.Context) int {
 		}
 	}
 	if m.scenario == "all" {
-		cmd := fmt.Sprintf("go run ./cmd/holdfast-lab -scenario all -out %s", m.out)
+		cmd := fmt.Sprintf("go run ./lab -scenario all -out %s", m.out)
 		if err := lab.WriteIndex(m.out, cmd, index); err != nil {
 			fmt.Fprintf(m.Stderr, "holdfast-lab: index: %v\n", err)
 			code = 1

@@ -208,7 +208,7 @@ func (k *child) close() error {
 }
 
 // IsChild reports whether this process was started by the lab as a child.
-// cmd/holdfast-lab's main and the package's TestMain check it first.
+// The lab command's main and the package's TestMain check it first.
 func IsChild() bool { return os.Getenv(childEnv) != "" }
 
 // ChildMain runs the child side of cross-process-stampede: it builds the

@@ -155,7 +155,7 @@ func TestWriteAndIndex(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	err = WriteIndex(dir, "go run ./cmd/holdfast-lab -scenario all", []IndexEntry{
+	err = WriteIndex(dir, "go run ./lab -scenario all", []IndexEntry{
 		{Name: "redis-freeze", Summary: "s", Ran: true, Report: sampleReport()},
 		{Name: "hot-key", Summary: "h", Missing: []string{"cluster tier"}},
 	})
