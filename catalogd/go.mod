@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/holdfast-dev/holdfast v0.0.0
+	github.com/holdfast-dev/holdfast/holdfastprom v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79
@@ -34,4 +35,7 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-replace github.com/holdfast-dev/holdfast => ../
+replace (
+	github.com/holdfast-dev/holdfast => ../
+	github.com/holdfast-dev/holdfast/holdfastprom => ../holdfastprom
+)

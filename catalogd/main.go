@@ -38,7 +38,7 @@ import (
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/catalogd/postgres"
 	"github.com/holdfast-dev/holdfast/catalogd/sqlite"
-	hfprom "github.com/holdfast-dev/holdfast/prometheus"
+	"github.com/holdfast-dev/holdfast/holdfastprom"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -245,7 +245,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	exp := hfprom.NewExporter()
+	exp := holdfastprom.NewExporter()
 	if err := errors.Join(
 		reg.Register(collectors.NewGoCollector()),
 		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
@@ -255,7 +255,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	if m.tier != nil {
 		lazy := m.tier
-		if err := reg.Register(hfprom.NewNodeCollector(func() []hfprom.Node { return redisNodes(lazy) })); err != nil {
+		if err := reg.Register(holdfastprom.NewNodeCollector(func() []holdfastprom.Node { return redisNodes(lazy) })); err != nil {
 			return err
 		}
 	}
@@ -326,12 +326,12 @@ func (m *Main) Close() error {
 
 // redisNodes converts the Redis tier's per-node snapshot for the exporter:
 // none while it is still connecting, or for a standalone server.
-func redisNodes(l *redis.Lazy) []hfprom.Node {
+func redisNodes(l *redis.Lazy) []holdfastprom.Node {
 	t := l.Tier()
 	if t == nil {
 		return nil
 	}
-	var out []hfprom.Node
+	var out []holdfastprom.Node
 	for _, n := range t.NodeStats() {
 		state := "ready"
 		switch n.State {
@@ -340,7 +340,7 @@ func redisNodes(l *redis.Lazy) []hfprom.Node {
 		case redis.NodeEjected:
 			state = "ejected"
 		}
-		out = append(out, hfprom.Node{
+		out = append(out, holdfastprom.Node{
 			Addr: n.Addr, Primary: n.Primary, State: state,
 			Requests: n.Requests, Failures: n.Failures, Timeouts: n.Timeouts,
 			Reads: n.Reads, ReadShare: n.ReadShare, Ejections: n.Ejections,

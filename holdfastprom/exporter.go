@@ -1,16 +1,17 @@
-// Package prometheus exports a holdfast.Cache's counters and load latencies
-// as Prometheus metrics.
+// Package holdfastprom exports a holdfast.Cache's counters and load
+// latencies as Prometheus metrics. It is a module of its own, so that only
+// its importers require client_golang.
 //
 // The counters are not updated on the read path: the Exporter reads
 // Cache.Stats at scrape time and reports them as constant metrics, so a hit
 // costs no Prometheus call at all. Only load latency, which needs a histogram,
 // is observed as it happens, through holdfast.Recorder, on the load path.
 //
-//	exp := prometheus.NewExporter()
+//	exp := holdfastprom.NewExporter()
 //	cache, _ := holdfast.New(holdfast.Options{Recorder: exp})
 //	exp.Watch(cache)
 //	registry.MustRegister(exp)
-package prometheus
+package holdfastprom
 
 import (
 	"sync"

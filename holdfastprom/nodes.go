@@ -1,4 +1,4 @@
-package prometheus
+package holdfastprom
 
 import (
 	prom "github.com/prometheus/client_golang/prometheus"
