@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,9 @@ import (
 //     open and the tier's breaker sees the failures;
 //   - a watchdog (watchdog.go) that closes a connection with a request
 //     outstanding and nothing received for SilentConnTimeout (1 s);
-//   - readiness (readiness.go), polled in the background every second;
+//   - readiness (readiness.go), polled in the background every second, each
+//     shard's primary first and then its replicas, which take reads only
+//     once they have reached the primary's offset;
 //   - random routing (routing.go): each read goes to a node picked uniformly
 //     among its slot's primary and ready replicas, never by latency (routing
 //     to the fastest node skewed the load five to ten times).
@@ -33,9 +36,10 @@ import (
 //
 // Reads use two rueidis clients per node (nodeSet.newNode), dialled through
 // dialNode so that every connection is watched: one runs READONLY, for
-// reads spread over primaries and replicas; the other does not, for reads
-// that must see the primary's data (a slot this Tier just wrote), which a
-// node that is no longer the primary answers with MOVED. Writes and the
+// reads of the slots the map says the node replicates (and the polls and
+// probes); the other does not, for reads of the slots the map says it
+// serves as their primary, which a node that is no longer the primary
+// answers with MOVED instead of its old data. Writes and the
 // MOVED/ASK follow-ups use the tier's Cluster client, which routes to
 // primaries and follows redirects itself. One goroutine (run) schedules
 // the background work: the watchdog scan each tick, the slot map every
@@ -48,21 +52,25 @@ import (
 type node struct {
 	addr   string
 	set    *nodeSet
-	client rueidis.Client // READONLY: reads, polls, probes
-	// asPrimary has no READONLY: reads that must see the primary's data
-	// (routing.go) go there, and a node that is not the slot's primary
-	// answers MOVED instead of its own copy.
+	client rueidis.Client // READONLY: reads as a replica, polls, probes
+	// asPrimary has no READONLY: every read sent to the node as its slot's
+	// primary goes there (routing.go), so that a node that is not the
+	// slot's primary answers MOVED instead of its own copy.
 	asPrimary rueidis.Client
 
 	_                                   [64]byte
 	requests, failures, timeouts, reads counter
 
-	ejected   atomic.Bool
-	dirty     atomic.Bool // a failure is in the ejector's window; see report
-	ready     atomic.Bool
-	primary   atomic.Bool  // role in the current slot map
-	lastBad   atomic.Int64 // Clock's unix nanoseconds of the last failure; 0 if none
-	polledAt  atomic.Int64 // sinceStart when the last good poll was sent; 0 if none
+	ejected atomic.Bool
+	dirty   atomic.Bool // a failure is in the ejector's window; see report
+	ready   atomic.Bool
+	primary atomic.Bool  // role in the current slot map
+	lastBad atomic.Int64 // Clock's unix nanoseconds of the last failure; 0 if none
+	// currentAt is sinceStart when the poll was sent of the latest primary
+	// offset this node is known to hold all of: its own poll's for a
+	// primary, its primary's for a replica that had reached it; 0 if none.
+	// A slot written before it can be read here (routing.go).
+	currentAt atomic.Int64
 	gen       atomic.Uint64
 	pollNow   atomic.Bool
 	closes    atomic.Uint64
@@ -77,8 +85,12 @@ type node struct {
 	probing     bool
 	polling     bool
 	repl        replState
-	replGen     uint64 // gen the last good poll was sent in
-	replOK      bool
+	replGen     uint64  // gen the last good poll was sent in
+	replOK      bool    // repl is from a good poll since the last failure or role change
+	polledAt    int64   // sinceStart when the last good poll was sent
+	ref         pollRef // the primary's offset the last good poll was judged against
+	proven      bool    // ready from a full round, and nothing since took it out
+	lastPrimary pollRef // this node's last answer as a primary, for its replicas
 	reason      string
 	readies     uint64
 	lastEjected time.Time
@@ -137,11 +149,16 @@ func newNodeSet(t *Tier) (*nodeSet, error) {
 	// One readiness round before New returns, so that replicas take their
 	// share of reads from the first call.
 	var wg sync.WaitGroup
-	for _, n := range s.topo.Load().nodes {
+	for _, sh := range s.topo.Load().shards {
+		for _, n := range sh.nodes {
+			n.mu.Lock()
+			n.polling = true
+			n.mu.Unlock()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.poll(n)
+			s.round(sh.nodes[0], sh.nodes)
 		}()
 	}
 	wg.Wait()
@@ -228,8 +245,11 @@ func (s *nodeSet) run() {
 				s.maybeProbe(n, clock)
 				continue
 			}
-			if all || n.pollNow.Load() {
-				s.startPoll(n)
+			s.expire(n)
+		}
+		for _, sh := range tp.shards {
+			if all || slices.ContainsFunc(sh.nodes, func(n *node) bool { return n.pollNow.Load() }) {
+				s.startRound(sh)
 			}
 		}
 	}
@@ -260,22 +280,6 @@ func (s *nodeSet) startRefresh() {
 		s.mu.Lock()
 		s.refreshing = false
 		s.mu.Unlock()
-	}
-}
-
-func (s *nodeSet) startPoll(n *node) {
-	n.mu.Lock()
-	if n.polling {
-		n.mu.Unlock()
-		return
-	}
-	n.polling = true
-	n.mu.Unlock()
-	n.pollNow.Store(false)
-	if !s.t.goOwned(func() { s.poll(n) }) {
-		n.mu.Lock()
-		n.polling = false
-		n.mu.Unlock()
 	}
 }
 

@@ -152,10 +152,18 @@ type ClusterOptions struct {
 	SilentConnTimeout time.Duration
 
 	// ReadinessInterval is how often every node's INFO replication and
-	// persistence are polled in the background. Default 1 s.
+	// persistence are polled in the background, each shard's primary
+	// first, then its replicas. A replica takes reads only while its last
+	// round, begun at most ReadinessInterval + 500 ms earlier, found it
+	// caught up with where its primary was at the round's start (see
+	// readiness.go for the exact bound). Default 1 s.
 	ReadinessInterval time.Duration
 	// MaxReplicaLag is how far, in bytes of replication stream, a replica
-	// may be behind its primary's offset and still take reads. Default 1 MiB.
+	// may be short of its primary's offset, polled just before it in the
+	// same round, and still take reads. Default 0: a replica must have
+	// applied everything its primary had (it is asked again for up to
+	// 20 ms, which in steady state it always makes). A larger value lets
+	// a replica serve values up to that many bytes of writes older.
 	MaxReplicaLag int64
 
 	// TopologyInterval is how often the slot map (CLUSTER SLOTS) is
@@ -195,7 +203,7 @@ const (
 	DefaultMaxEjectedShare         = 0.5
 	DefaultSilentConnTimeout       = time.Second
 	DefaultReadinessInterval       = time.Second
-	DefaultMaxReplicaLag           = 1 << 20
+	DefaultMaxReplicaLag           = 0
 	DefaultTopologyInterval        = time.Second
 	DefaultPrimaryAfterWrite       = time.Second
 	DefaultHotCopies               = 5

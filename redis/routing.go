@@ -16,26 +16,33 @@ import (
 // Read routing in Cluster mode. Each read goes to a node picked uniformly at
 // random among its slot's primary and ready replicas that are not ejected
 // (random, not latency-based: routing to the fastest node skewed the load
-// five to ten times), over that node's READONLY connection. When no node of
-// the slot is eligible the read returns at once with an error wrapping
-// holdfast.ErrBypassed: the Cache then serves its last-known-good value or
-// loads, without waiting for a budget to run out.
+// five to ten times): over the node's READONLY connection when the map
+// lists it as one of the slot's replicas, over its connection without
+// READONLY (node.asPrimary) when the map lists it as the slot's primary.
+// When no node of the slot is eligible the read returns at once with an
+// error wrapping holdfast.ErrBypassed: the Cache then serves its
+// last-known-good value or loads, without waiting for a budget to run out.
+//
+// Why a primary is never read over READONLY: a READONLY connection answers
+// from whatever data the node holds, and the slot map and the readiness
+// polls can each be a second old. After a failover (TAKEOVER above all) the
+// demoted primary, still the primary in the map and still ready from its
+// last poll, would answer from its old data (a resync can take seconds to
+// begin), to every process, values deleted since. Without READONLY it
+// answers MOVED, which is followed through rueidis's Cluster client
+// (t.client) and refreshes the map. Only replica reads, whose staleness
+// readiness bounds (readiness.go), use READONLY. The two connections cost
+// the same: each node has both from the start, and a read is one command
+// on either.
 //
 // A process reads its own writes and invalidations whatever the topology
-// does. A READONLY connection answers from whatever data the node holds, and
-// the slot map and the readiness polls can each be a second old: after a
-// failover the demoted primary, still the primary in the map and still
-// ready from its last poll, answers from its old data (a resync can take
-// seconds to begin) instead of MOVED. So a slot this Tier wrote is read
-// from the map's primary over its connection without READONLY
-// (node.asPrimary), watched like the others: a node that is no longer the
-// slot's primary answers MOVED, which is followed through rueidis's
-// Cluster client (t.client), and the map is refreshed. That lasts while
-// the write is within PrimaryAfterWrite, and after that until the node
-// picked has been polled since the write (node.polledAt): a poll that
-// finds a demoted primary takes it out (readiness.go). While the map's
-// primary is ejected, its replicas serve a written slot only once polled
-// since the write; until then the read is bypassed.
+// does: a slot this Tier wrote is read from the map's primary while the
+// write is within PrimaryAfterWrite, and after that from nodes known to
+// hold what their primary held after the write (node.currentAt): the
+// primary once polled since, a replica once it reached an offset its
+// primary had when polled since. While the map's primary is ejected, its
+// replicas serve a written slot only under that condition; until then the
+// read is bypassed.
 //
 // A MOVED or ASK reply (the map is behind the cluster: a slot moved, or is
 // being migrated) is a healthy answer: it is reported to the node as a
@@ -47,7 +54,7 @@ import (
 // are answers too: they never count against a node.
 
 // pick returns the node to read slot sl from, and whether the read goes
-// over its connection without READONLY (viaPrimary; n is then the map's
+// over its connection without READONLY (viaPrimary: n is the map's
 // primary). covered is false when the map has no node for the slot: the
 // caller then uses rueidis's routing alone.
 func (s *nodeSet) pick(sl uint16) (n *node, viaPrimary, covered bool) {
@@ -65,19 +72,21 @@ func (s *nodeSet) pick(sl uint16) (n *node, viaPrimary, covered bool) {
 	var buf [8]*node
 	cand := buf[:0]
 	for _, x := range nodes {
-		if !x.ejected.Load() && x.ready.Load() && (w == 0 || x.polledAt.Load() > w) {
+		if !x.ejected.Load() && x.ready.Load() && (w == 0 || x.currentAt.Load() > w) {
 			cand = append(cand, x)
 		}
 	}
 	switch {
 	case len(cand) == 0 && w != 0 && !p.ejected.Load():
-		return p, true, true // no node polled since the write yet
+		return p, true, true // no node known current since the write yet
 	case len(cand) == 0:
 		return nil, false, true
 	case len(cand) == 1:
-		return cand[0], false, true
+		n = cand[0]
+	default:
+		n = cand[rand.IntN(len(cand))]
 	}
-	return cand[rand.IntN(len(cand))], false, true
+	return n, n == p, true
 }
 
 // primaryFor returns the primary serving sl in the map, or nil.

@@ -81,24 +81,24 @@ func TestRoutingChoices(t *testing.T) {
 			t.Fatal("a slot just written was not read from its primary through the Cluster client")
 		}
 	}
-	// Past PrimaryAfterWrite, a node takes a written slot's reads over its
-	// READONLY connection only once polled since the write.
+	// Past PrimaryAfterWrite, a node takes a written slot's reads only once
+	// known to hold what the primary held since the write.
 	s.o.PrimaryAfterWrite = time.Nanosecond
 	s.wrote(6)
 	time.Sleep(time.Millisecond)
 	if n, via, _ := s.pick(6); n != p || !via {
 		t.Fatal("a written slot read over READONLY from a node not polled since the write")
 	}
-	p.polledAt.Store(s.sinceStart())
-	if n, via, _ := s.pick(6); n != p || via {
-		t.Fatalf("the primary, polled since the write, is not read directly (%v)", via)
+	p.currentAt.Store(s.sinceStart())
+	if n, via, _ := s.pick(6); n != p || !via {
+		t.Fatalf("the primary, polled since the write, is read over READONLY (via primary %v)", via)
 	}
 	s.o.PrimaryAfterWrite = time.Minute
 	p.ejected.Store(true)
 	if n, _, _ := s.pick(5); n != nil {
 		t.Fatalf("primary ejected: a slot just written read from %s, not polled since the write", n.addr)
 	}
-	r.polledAt.Store(s.sinceStart())
+	r.currentAt.Store(s.sinceStart())
 	if got := count(); got["r"] != 2000 {
 		t.Fatalf("primary ejected: %v", got)
 	}
