@@ -22,8 +22,10 @@ const (
 	// added: the coarse clock stands still through it.
 	chaosClockSlack = 50 * time.Millisecond
 	// chaosReplicaSlack: another process may read a replica, which applies
-	// the delete a little after its primary (README: a replica takes reads
-	// while within MaxReplicaLag of its primary).
+	// the delete a little after its primary (README, the Redis tier: a
+	// replica takes reads only once it has reached its primary's offset of
+	// its last readiness round; what the primary took since comes over a
+	// live link, in milliseconds).
 	chaosReplicaSlack = 100 * time.Millisecond
 	// chaosFlightSlack: a load's end is bounded by LoadTimeout through a
 	// timer, which fires late on a loaded machine.
