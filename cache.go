@@ -88,7 +88,8 @@ func (r Result) Stale() bool { return r.Source == SourceStale || r.Source == Sou
 // for concurrent use. Close stops its background refreshes.
 type Cache struct {
 	opts       Options
-	caps       tierCaps     // what opts.Shared can do
+	caps       tierCaps // what opts.Shared can do
+	recorder   atomic.Pointer[recorderBox]
 	clock      Clock        // opts.Clock, or the system clock
 	coarse     *coarseClock // non-nil when opts.Clock is nil
 	limit      *limiter
@@ -121,6 +122,9 @@ func New(opts Options) (*Cache, error) {
 	if c.clock == nil {
 		c.clock = systemClock{}
 		c.coarse = startCoarseClock()
+	}
+	if opts.Recorder != nil {
+		c.recorder.Store(&recorderBox{opts.Recorder})
 	}
 	if opts.Shared != nil {
 		c.caps = probeTier(opts.Shared)
@@ -246,6 +250,23 @@ func (c *Cache) Close() error {
 	c.loads.Wait()
 	if c.coarse != nil {
 		c.closeClock.Do(c.coarse.close)
+	}
+	return nil
+}
+
+// recorderBox holds a Recorder for an atomic pointer.
+type recorderBox struct{ r Recorder }
+
+// SetRecorder sets the Recorder that receives load latencies, for an
+// exporter set up after New. It is an error when the Cache has one already
+// (Options.Recorder, or an earlier SetRecorder), so that a second exporter
+// never silently takes a cache over from the first.
+func (c *Cache) SetRecorder(r Recorder) error {
+	if r == nil {
+		return errors.New("holdfast: SetRecorder(nil)")
+	}
+	if !c.recorder.CompareAndSwap(nil, &recorderBox{r}) {
+		return errors.New("holdfast: the cache has a Recorder already")
 	}
 	return nil
 }

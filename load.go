@@ -333,10 +333,11 @@ func (n *Namespace) release() {
 }
 
 func (n *Namespace) observe(d time.Duration, err error) {
-	rec := n.c.opts.Recorder
-	if rec == nil {
+	box := n.c.recorder.Load()
+	if box == nil {
 		return
 	}
+	rec := box.r
 	outcome := "ok"
 	var pe *PanicError
 	switch {

@@ -38,7 +38,8 @@ type Options struct {
 	Clock Clock
 
 	// Recorder receives load latencies. Default nil: none recorded (the
-	// counters in Stats are always kept).
+	// counters in Stats are always kept). An exporter set up after New sets
+	// it with Cache.SetRecorder.
 	Recorder Recorder
 
 	// MaxPendingInvalidations bounds, per namespace, the invalidations kept

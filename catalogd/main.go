@@ -244,26 +244,29 @@ func (m *Main) Run(ctx context.Context) error {
 		log.Warn("no -redis: running on in-process tiers only; each instance caches on its own and updates reach other instances only when their TTLs end")
 	}
 
+	m.cache, err = holdfast.New(holdfast.Options{Shared: shared, MaxConcurrentLoads: c.MaxLoads, Logger: log})
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
-	exp := holdfastprom.NewExporter()
 	if err := errors.Join(
 		reg.Register(collectors.NewGoCollector()),
 		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
-		reg.Register(exp),
 	); err != nil {
+		return err
+	}
+	if _, err := holdfastprom.Register(reg, m.cache); err != nil {
 		return err
 	}
 	if m.tier != nil {
 		lazy := m.tier
-		if err := reg.Register(holdfastprom.NewNodeCollector(func() []holdfastprom.Node { return redisNodes(lazy) })); err != nil {
+		if err := errors.Join(
+			reg.Register(holdfastprom.NewNodeCollector(func() []holdfastprom.Node { return redisNodes(lazy) })),
+			reg.Register(holdfastprom.NewBreakerCollector(func() (holdfastprom.Breaker, bool) { return redisBreaker(lazy) })),
+		); err != nil {
 			return err
 		}
 	}
-	m.cache, err = holdfast.New(holdfast.Options{Shared: shared, MaxConcurrentLoads: c.MaxLoads, Recorder: exp, Logger: log})
-	if err != nil {
-		return err
-	}
-	exp.Watch(m.cache)
 
 	p := c.Policies
 	for _, pol := range []*holdfast.Policy{&p.Product, &p.Stock, &p.List, &p.Search} {
@@ -326,6 +329,24 @@ func (m *Main) Close() error {
 
 // redisNodes converts the Redis tier's per-node snapshot for the exporter:
 // none while it is still connecting, or for a standalone server.
+// redisBreaker converts the tier's breaker for the exporter; false until
+// the tier has connected.
+func redisBreaker(l *redis.Lazy) (holdfastprom.Breaker, bool) {
+	t := l.Tier()
+	if t == nil {
+		return holdfastprom.Breaker{}, false
+	}
+	st := t.Stats()
+	state := "closed"
+	switch st.BreakerState {
+	case redis.BreakerOpen:
+		state = "open"
+	case redis.BreakerHalfOpen:
+		state = "half_open"
+	}
+	return holdfastprom.Breaker{State: state, Opens: st.BreakerOpens, Transitions: st.BreakerTransitions}, true
+}
+
 func redisNodes(l *redis.Lazy) []holdfastprom.Node {
 	t := l.Tier()
 	if t == nil {

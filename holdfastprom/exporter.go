@@ -7,14 +7,15 @@
 // costs no Prometheus call at all. Only load latency, which needs a histogram,
 // is observed as it happens, through holdfast.Recorder, on the load path.
 //
-//	exp := holdfastprom.NewExporter()
-//	cache, _ := holdfast.New(holdfast.Options{Recorder: exp})
-//	exp.Watch(cache)
-//	registry.MustRegister(exp)
+// One call sets it up:
+//
+//	if _, err := holdfastprom.Register(prometheus.DefaultRegisterer, cache); err != nil {
+//		return err
+//	}
 package holdfastprom
 
 import (
-	"sync"
+	"fmt"
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
@@ -28,9 +29,7 @@ type Exporter struct {
 	inFlight    *prom.Desc
 	hotKeyRate  *prom.Desc
 	capability  *prom.Desc
-
-	mu    sync.Mutex
-	cache *holdfast.Cache
+	cache       *holdfast.Cache
 }
 
 var (
@@ -100,10 +99,27 @@ var metrics = []metric{
 // values: keys are unbounded, a metric's series must not be.
 const MaxHotKeyLabels = 10
 
-// NewExporter returns an Exporter. Pass it as holdfast.Options.Recorder,
-// then call Watch with the cache and register it.
-func NewExporter() *Exporter {
+// Register exports c's metrics to reg in one call: its counters and gauges,
+// read at each scrape, and the latency of its loads (the Exporter becomes
+// c's Recorder). It returns an error, and exports nothing, when c has a
+// Recorder already (another exporter, say: a cache is exported once, never
+// taken over silently) or when reg refuses the metrics (reg exports another
+// cache's already: give each cache its own registry).
+func Register(reg prom.Registerer, c *holdfast.Cache) (*Exporter, error) {
+	e := newExporter(c)
+	if err := reg.Register(e); err != nil {
+		return nil, fmt.Errorf("holdfastprom: register: %w", err)
+	}
+	if err := c.SetRecorder(e); err != nil {
+		reg.Unregister(e)
+		return nil, fmt.Errorf("holdfastprom: %w", err)
+	}
+	return e, nil
+}
+
+func newExporter(c *holdfast.Cache) *Exporter {
 	return &Exporter{
+		cache: c,
 		loadSeconds: prom.NewHistogramVec(prom.HistogramOpts{
 			Name: "holdfast_load_duration_seconds",
 			Help: "Loader call latency by namespace and outcome (ok, not_found, error, timeout, panic).",
@@ -118,13 +134,6 @@ func NewExporter() *Exporter {
 			"Estimated read rate of the hottest keys, at most MaxHotKeyLabels per namespace (bounded label cardinality).",
 			[]string{"namespace", "key"}, nil),
 	}
-}
-
-// Watch sets the cache whose counters the Exporter reports.
-func (e *Exporter) Watch(c *holdfast.Cache) {
-	e.mu.Lock()
-	e.cache = c
-	e.mu.Unlock()
 }
 
 // ObserveLoad implements holdfast.Recorder.
@@ -145,10 +154,7 @@ func (e *Exporter) Describe(ch chan<- *prom.Desc) {
 
 // Collect implements prometheus.Collector.
 func (e *Exporter) Collect(ch chan<- prom.Metric) {
-	e.mu.Lock()
-	c := e.cache
-	e.mu.Unlock()
-	if c != nil {
+	if c := e.cache; c != nil {
 		for ns, st := range c.Stats() {
 			for _, m := range metrics {
 				ch <- prom.MustNewConstMetric(m.desc, m.kind, float64(m.value(st)), ns)

@@ -36,23 +36,22 @@ func TestEveryStatsFieldIsExported(t *testing.T) {
 }
 
 func TestExporterReportsCounters(t *testing.T) {
-	exp := NewExporter()
-	c, err := holdfast.New(holdfast.Options{Recorder: exp})
+	c, err := holdfast.New(holdfast.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	exp.Watch(c)
+	reg := prom.NewPedanticRegistry()
+	exp, err := Register(reg, c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ns, _ := c.Namespace("product", holdfast.Policy{})
 	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
 	for range 3 {
 		if _, err := ns.Get(context.Background(), "p1", load); err != nil {
 			t.Fatal(err)
 		}
-	}
-	reg := prom.NewPedanticRegistry()
-	if err := reg.Register(exp); err != nil {
-		t.Fatal(err)
 	}
 	want := `
 # HELP holdfast_hot_hits_total Reads answered by the in-process hot tier.
@@ -96,5 +95,50 @@ holdfast_redis_node_failures_total{addr="127.0.0.1:7001",role="replica"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_redis_node_state", "holdfast_redis_node_failures_total"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// One call exports a cache; a second exporter of the same cache, or a
+// second cache in the same registry, is refused rather than silently
+// replacing the first.
+func TestRegisterRefusesASecondExport(t *testing.T) {
+	a, _ := holdfast.New(holdfast.Options{})
+	defer a.Close()
+	b, _ := holdfast.New(holdfast.Options{})
+	defer b.Close()
+	reg := prom.NewPedanticRegistry()
+	if _, err := Register(reg, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Register(prom.NewPedanticRegistry(), a); err == nil {
+		t.Error("a cache was exported twice")
+	}
+	if _, err := Register(reg, b); err == nil {
+		t.Error("a second cache replaced the first in one registry")
+	}
+	if _, err := Register(prom.NewPedanticRegistry(), b); err != nil {
+		t.Errorf("a second cache in its own registry: %v", err)
+	}
+}
+
+func TestBreakerCollector(t *testing.T) {
+	b := Breaker{State: "open", Opens: 2, Transitions: 3}
+	c := NewBreakerCollector(func() (Breaker, bool) { return b, true })
+	want := `
+# HELP holdfast_redis_breaker_opens_total Times the shared tier's breaker opened.
+# TYPE holdfast_redis_breaker_opens_total counter
+holdfast_redis_breaker_opens_total 2
+# HELP holdfast_redis_breaker_state 1 for the shared tier's breaker state: closed, open (Redis skipped) or half_open (probing).
+# TYPE holdfast_redis_breaker_state gauge
+holdfast_redis_breaker_state{state="closed"} 0
+holdfast_redis_breaker_state{state="half_open"} 0
+holdfast_redis_breaker_state{state="open"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "holdfast_redis_breaker_state", "holdfast_redis_breaker_opens_total"); err != nil {
+		t.Fatal(err)
+	}
+	none := NewBreakerCollector(func() (Breaker, bool) { return Breaker{}, false })
+	if n := testutil.CollectAndCount(none); n != 0 {
+		t.Fatalf("%d series without a tier", n)
 	}
 }
