@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/holdfast-dev/holdfast/internal/hotkey"
-	"github.com/holdfast-dev/holdfast/local"
+	"github.com/holdfast-dev/holdfast/internal/local"
 )
 
 // Namespace is one kind of data (product info, list pages, stock, search
