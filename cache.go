@@ -29,12 +29,12 @@ const (
 	// stale-if-error window, served because fresh data could not be had (the
 	// loader failed, timed out or was rejected).
 	SourceStaleOnError
-	// SourceLocal: a value within its hard time from this process's
+	// SourceLastKnownGood: a value within its hard time from this process's
 	// last-known-good store, served because the shared tier is failing (or
 	// absent, for a key the hot tier does not hold), or because another
 	// process holds the key's lease and this value is still the key's
 	// current one.
-	SourceLocal
+	SourceLastKnownGood
 	// SourceJoined: a value another read of this process loaded while this
 	// one waited for it. No loader ran for this read, so a count of
 	// SourceLoaded is a count of loads.
@@ -43,7 +43,7 @@ const (
 
 // sourceNames are the Sources' names; the zero Source, on a read that
 // failed, is "none".
-var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "local", "joined"}
+var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined"}
 
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {

@@ -370,7 +370,7 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	clk.Advance(5 * time.Second)
 	for range 100 {
 		res := mustGet(t, ns, "p1", l)
-		if res.Source != holdfast.SourceLocal || string(res.Value) != "v1:p1" {
+		if res.Source != holdfast.SourceLastKnownGood || string(res.Value) != "v1:p1" {
 			t.Fatalf("tier down: %q from %v, want v1:p1 from local", res.Value, res.Source)
 		}
 	}

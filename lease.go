@@ -140,7 +140,7 @@ func (n *Namespace) serveHeldCurrent(f *flight, key string, ver version) {
 	if m == nil || m.negative || m.ver != ver.v+1 || now >= m.hard {
 		return
 	}
-	src := SourceLocal
+	src := SourceLastKnownGood
 	if now >= m.soft {
 		src = SourceStale
 		n.ctr.inc(evStaleServed)

@@ -171,7 +171,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 		}
 		if now < lm.soft {
 			n.ctr.inc(evLocalServed)
-			res, err := n.served(lm, SourceLocal)
+			res, err := n.served(lm, SourceLastKnownGood)
 			return outcome{res, err}, true, nil
 		}
 		n.ctr.inc(evStaleServed)

@@ -155,7 +155,7 @@ type HotPolicy struct {
 	// when it has not. With a shared tier that smears (Smearer), the keys
 	// found hot are also read from and written to several nodes, whatever
 	// Keys says.
-	Keys HotKeys
+	Keys HotMode
 	// Threshold is the read rate, per second and key, at or above which a
 	// key is hot. Default 1000/60: 1,000 reads a minute.
 	Threshold float64
@@ -178,13 +178,13 @@ type HotPolicy struct {
 	Share bool
 }
 
-// HotKeys chooses which keys enter a namespace's hot tier.
-type HotKeys uint8
+// HotMode chooses which keys enter a namespace's hot tier.
+type HotMode uint8
 
 const (
 	// HotAuto is HotDetected with a shared tier and HotAll without one,
 	// where the hot tier is the only cache.
-	HotAuto HotKeys = iota
+	HotAuto HotMode = iota
 	// HotAll admits every key read.
 	HotAll
 	// HotDetected admits the keys read at least Threshold times a second.

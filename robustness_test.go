@@ -190,7 +190,7 @@ func TestLeaseWaiterServesHeldCurrentValue(t *testing.T) {
 	}
 	start := time.Now()
 	res, err := ns.Get(context.Background(), "k", &countingLoader{})
-	if err != nil || string(res.Value) != "v1:k" || res.Source != holdfast.SourceLocal {
+	if err != nil || string(res.Value) != "v1:k" || res.Source != holdfast.SourceLastKnownGood {
 		t.Fatalf("got %q from %v, %v; want the held value v1:k, local", res.Value, res.Source, err)
 	}
 	if waited := time.Since(start); waited > 200*time.Millisecond {

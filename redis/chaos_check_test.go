@@ -194,7 +194,7 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 	cv := vs[r.ver]
 
 	switch r.src {
-	case holdfast.SourceHot, holdfast.SourceShared, holdfast.SourceLocal:
+	case holdfast.SourceHot, holdfast.SourceShared, holdfast.SourceLastKnownGood:
 		c.late(vPastSoft, r, r.soft, "soft")
 	case holdfast.SourceStale:
 		c.late(vPastHard, r, r.hard, "hard")

@@ -253,7 +253,7 @@ func TestReadPathKilledMidLoad(t *testing.T) {
 	l := &countingLoader{}
 	for i := 0; i < 50; i++ {
 		res := rp.get(t, "k1", l, redis.DefaultReadBudget+slack)
-		if res.Source != holdfast.SourceLocal {
+		if res.Source != holdfast.SourceLastKnownGood {
 			t.Fatalf("read %d after kill from %v, want local (last-known-good)", i, res.Source)
 		}
 		rp.get(t, fmt.Sprint("new", i), l, redis.DefaultReadBudget+slack)
@@ -351,7 +351,7 @@ func TestReadPathFrozenMidLoad(t *testing.T) {
 	t.Logf("frozen 1 s: %d reads, slowest %v, sources %v", reads.Load(), worst, sources)
 	t.Logf("frozen: ns %+v", st)
 	t.Logf("frozen: tier %+v", ts)
-	if sources[holdfast.SourceLocal] == 0 || sources[holdfast.SourceLoaded] == 0 || sources[holdfast.SourceShared] != 0 || ts.BreakerOpens == 0 {
+	if sources[holdfast.SourceLastKnownGood] == 0 || sources[holdfast.SourceLoaded] == 0 || sources[holdfast.SourceShared] != 0 || ts.BreakerOpens == 0 {
 		t.Fatalf("sources %v, tier %+v", sources, ts)
 	}
 	// A known key is loaded at most once (before the freeze): the rest come
@@ -444,7 +444,7 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 	// Later reads, with Redis still down: no second load.
 	for i := 0; i < 20; i++ {
 		res := rp.get(t, key, l, redis.DefaultReadBudget+slack)
-		if res.Source != holdfast.SourceHot && res.Source != holdfast.SourceLocal {
+		if res.Source != holdfast.SourceHot && res.Source != holdfast.SourceLastKnownGood {
 			t.Fatalf("later read from %v", res.Source)
 		}
 	}
@@ -479,7 +479,7 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("breaker not open: %+v", rp.tier.Stats())
 		}
-		if res := rp.get(t, keys[i%len(keys)], l, redis.DefaultReadBudget+slack); res.Source != holdfast.SourceLocal {
+		if res := rp.get(t, keys[i%len(keys)], l, redis.DefaultReadBudget+slack); res.Source != holdfast.SourceLastKnownGood {
 			t.Fatalf("frozen: from %v", res.Source)
 		}
 	}

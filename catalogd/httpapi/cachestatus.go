@@ -18,7 +18,7 @@ const cacheName = "holdfast"
 //
 //	hot             holdfast; hit; detail=hot
 //	shared (Redis)  holdfast; hit; detail=shared
-//	last-known-good holdfast; hit; detail=local         (Redis failing, value within its TTL)
+//	last-known-good holdfast; hit; detail=last-known-good (Redis failing, value within its TTL)
 //	loaded          holdfast; fwd=miss; stored
 //	soft..hard      holdfast; hit; fwd=stale; detail=stale-while-revalidate
 //	past hard       holdfast; hit; detail=stale-if-error
@@ -33,8 +33,8 @@ func appendCacheStatus(b []byte, res holdfast.Result, now time.Time, key string)
 		b = append(b, "; hit; detail=hot"...)
 	case holdfast.SourceShared:
 		b = append(b, "; hit; detail=shared"...)
-	case holdfast.SourceLocal:
-		b = append(b, "; hit; detail=local"...)
+	case holdfast.SourceLastKnownGood:
+		b = append(b, "; hit; detail=last-known-good"...)
 	case holdfast.SourceStale:
 		b = append(b, "; hit; fwd=stale; detail=stale-while-revalidate"...)
 	case holdfast.SourceStaleOnError:
