@@ -6,6 +6,7 @@ require (
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/holdfast-dev/holdfast v0.0.0
 	github.com/holdfast-dev/holdfast/catalogd v0.0.0
+	github.com/holdfast-dev/holdfast/redis v0.0.0
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79
@@ -27,4 +28,6 @@ require (
 replace (
 	github.com/holdfast-dev/holdfast => ../
 	github.com/holdfast-dev/holdfast/catalogd => ../catalogd
+	github.com/holdfast-dev/holdfast/holdfastprom => ../holdfastprom
+	github.com/holdfast-dev/holdfast/redis => ../redis
 )

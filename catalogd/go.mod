@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/holdfast-dev/holdfast v0.0.0
 	github.com/holdfast-dev/holdfast/holdfastprom v0.0.0
+	github.com/holdfast-dev/holdfast/redis v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79
@@ -38,4 +39,5 @@ require (
 replace (
 	github.com/holdfast-dev/holdfast => ../
 	github.com/holdfast-dev/holdfast/holdfastprom => ../holdfastprom
+	github.com/holdfast-dev/holdfast/redis => ../redis
 )

@@ -5,9 +5,13 @@ go 1.26.0
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/holdfast-dev/holdfast v0.0.0
+	github.com/holdfast-dev/holdfast/redis v0.0.0
 	github.com/redis/rueidis v1.0.79
 )
 
 require golang.org/x/sys v0.49.0 // indirect
 
-replace github.com/holdfast-dev/holdfast => ../
+replace (
+	github.com/holdfast-dev/holdfast => ../
+	github.com/holdfast-dev/holdfast/redis => ../redis
+)
