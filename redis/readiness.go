@@ -317,7 +317,7 @@ func (s *nodeSet) assess(n *node) {
 	now := s.sinceStart()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var ready bool
+	var ready, late bool
 	var reason string
 	current := int64(0) // see node.currentAt
 	switch {
@@ -345,7 +345,7 @@ func (s *nodeSet) assess(n *node) {
 		case !n.ref.fresh && !n.proven:
 			ready, reason = false, "its primary did not answer, and it has not been caught up in a full round since it (re)joined"
 		case now-proofAt > s.overdue():
-			ready, reason = false, "last readiness round too old"
+			ready, reason, late = false, "last readiness round too old", true
 		}
 		if ready && n.repl.offset >= n.ref.offset {
 			current = n.ref.sent
@@ -363,7 +363,12 @@ func (s *nodeSet) assess(n *node) {
 			reason = "not polled since connecting"
 		}
 	}
-	n.proven = ready
+	if ready || !late {
+		// A round that came late says nothing about the replica: a primary
+		// that hangs holds its round up to pollTimeout, and the replica,
+		// once polled, may be judged against the stand-in again.
+		n.proven = ready
+	}
 	if current > n.currentAt.Load() || !ready {
 		n.currentAt.Store(current)
 	}

@@ -57,6 +57,9 @@ func TestReplicaRoundRules(t *testing.T) {
 	if r.ready.Load() {
 		t.Fatal("expire left a replica ready past its round's bound")
 	}
+	if ok, why := judge(pollRef{offset: 1000, sent: old}); !ok {
+		t.Fatalf("a late round took away the proof: the stand-in of a primary that hung did not make it ready again (%s)", why)
+	}
 
 	p.ready.Store(true)
 	r.ready.Store(true)
