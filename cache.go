@@ -69,7 +69,7 @@ type Result struct {
 	origin, soft, hard int64
 }
 
-// Origin is when the value was read from the source (see Entry).
+// Origin is when the value was read from the source (see tier.Entry).
 func (r Result) Origin() time.Time { return time.Unix(0, r.origin) }
 
 // Soft is when the value stops being fresh.

@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/inmem"
 	"github.com/holdfast-dev/holdfast/internal/fakeclock"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -333,7 +334,7 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	// Another process loaded the value 0.5 s ago; this one reads it from the
 	// shared tier now, so it enters memory 0.5 s after its origin.
 	origin := t0.Add(-500 * time.Millisecond)
-	shared.Put("stock:s1", holdfast.AppendEntry(nil, holdfast.Entry{
+	shared.Put("stock:s1", tier.AppendEntry(nil, tier.Entry{
 		Value: []byte("old"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second),
 	}), time.Minute)
 	if res := mustGet(t, ns, "s1", &countingLoader{}); res.Source != holdfast.SourceShared {
@@ -549,7 +550,7 @@ func TestCorruptSharedBytesAreAMiss(t *testing.T) {
 	}
 	settle(t, ns, "p1")
 	raw, _ := shared.Raw("product:p1")
-	if _, err := holdfast.DecodeEntry(raw); err != nil {
+	if _, err := tier.DecodeEntry(raw); err != nil {
 		t.Fatalf("the load did not replace the corrupt bytes: %v", err)
 	}
 }
@@ -937,7 +938,7 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 	settle(t, ns, "viral")
 	for i := 1; i < 3; i++ {
 		raw, ok := shared.Raw(inmem.CopyKey("product:viral", i))
-		e, err := holdfast.DecodeEntry(raw)
+		e, err := tier.DecodeEntry(raw)
 		if !ok || err != nil || string(e.Value) != string(res.Value) {
 			t.Fatalf("copy %d: %q %v %v, want %q", i, raw, ok, err, res.Value)
 		}

@@ -2,11 +2,14 @@ package holdfast
 
 import (
 	"fmt"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// What the shared tier can do beyond Tier is found once, at New, by type:
-// Coordinator (versions for the stale-set guard, leases), Smearer (copies of
-// hot keys), HotSharer (a shared hot set). A policy that needs a capability
+// What the shared tier can do beyond tier.Tier is found once, at New, by
+// type:
+// tier.Coordinator (versions for the stale-set guard, leases), tier.Smearer (copies of
+// hot keys), tier.HotSharer (a shared hot set). A policy that needs a capability
 // the tier lacks is an error from Cache.Namespace, never a silent downgrade
 // of a guarantee the docs make.
 //
@@ -15,23 +18,24 @@ import (
 //
 //   - it implements the capability's interface itself, forwarding the calls
 //     (it then sees them, as a slog.Handler wrapper sees every record);
-//   - it has a method Unwrap() Tier returning the tier it wraps (as errors
+//   - it has a method Unwrap() tier.Tier returning the tier it wraps (as
+//     errors
 //     do with Unwrap): the Cache then sends that capability's calls to the
-//     first tier down the chain that has it, and only the Tier calls (Get,
+//     first tier down the chain that has it, and only the tier.Tier calls (Get,
 //     GetMany, Set, Delete) go through the wrapper.
 
 // Capabilities says what the shared tier can do for the Cache, and what a
 // namespace uses (Stats.Capabilities).
 type Capabilities struct {
-	// Versions: a Coordinator's per-key versions. Loads write with a
+	// Versions: a tier.Coordinator's per-key versions. Loads write with a
 	// compare-and-set on the version read before the source, so a value
 	// read before an invalidation is never stored after it.
 	Versions bool
-	// Leases: a Coordinator's per-key leases (Policy.Lease).
+	// Leases: a tier.Coordinator's per-key leases (Policy.Lease).
 	Leases bool
-	// Smearing: a Smearer's copies of hot keys on several nodes.
+	// Smearing: a tier.Smearer's copies of hot keys on several nodes.
 	Smearing bool
-	// HotSharing: a HotSharer's hot set shared by every process
+	// HotSharing: a tier.HotSharer's hot set shared by every process
 	// (Policy.Hot.Share).
 	HotSharing bool
 }
@@ -43,26 +47,26 @@ func (cp Capabilities) String() string {
 // tierCaps is the shared tier's capabilities, each the first tier down the
 // Unwrap chain that has it.
 type tierCaps struct {
-	coord Coordinator
-	smear Smearer
-	share HotSharer
+	coord tier.Coordinator
+	smear tier.Smearer
+	share tier.HotSharer
 }
 
-func probeTier(t Tier) tierCaps {
+func probeTier(t tier.Tier) tierCaps {
 	return tierCaps{
-		coord: probe[Coordinator](t),
-		smear: probe[Smearer](t),
-		share: probe[HotSharer](t),
+		coord: probe[tier.Coordinator](t),
+		smear: probe[tier.Smearer](t),
+		share: probe[tier.HotSharer](t),
 	}
 }
 
 // probe returns the first tier down t's Unwrap chain that implements I.
-func probe[I any](t Tier) I {
+func probe[I any](t tier.Tier) I {
 	for depth := 0; t != nil && depth < 16; depth++ {
 		if x, ok := t.(I); ok {
 			return x
 		}
-		u, ok := t.(interface{ Unwrap() Tier })
+		u, ok := t.(interface{ Unwrap() tier.Tier })
 		if !ok {
 			break
 		}
@@ -95,15 +99,15 @@ func (c *Cache) checkCapabilities(p Policy) error {
 	}
 	have := c.caps.capabilities()
 	missing := func(what, iface string) error {
-		return fmt.Errorf("holdfast: %s needs a shared tier that implements holdfast.%s; %T does not (a wrapping tier keeps it by implementing it or by an Unwrap() Tier method)", what, iface, c.opts.Shared)
+		return fmt.Errorf("holdfast: %s needs a shared tier that implements holdfast.%s; %T does not (a wrapping tier keeps it by implementing it or by an Unwrap() tier.Tier method)", what, iface, c.opts.Shared)
 	}
 	switch {
 	case p.Lease.Enabled && !have.Leases:
-		return missing("Policy.Lease", "Coordinator")
+		return missing("Policy.Lease", "tier.Coordinator")
 	case p.Hot.Share && !have.HotSharing:
-		return missing("Policy.Hot.Share", "HotSharer")
+		return missing("Policy.Hot.Share", "tier.HotSharer")
 	case !have.Versions && !p.UnguardedWrites:
-		return missing("the stale-set guard (or Policy.UnguardedWrites)", "Coordinator")
+		return missing("the stale-set guard (or Policy.UnguardedWrites)", "tier.Coordinator")
 	}
 	return nil
 }

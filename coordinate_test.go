@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/inmem"
 	"github.com/holdfast-dev/holdfast/internal/fakeclock"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Several Caches over one inmem tier stand for several processes over one
@@ -96,7 +97,7 @@ func TestStaleSetGuardAcrossProcesses(t *testing.T) {
 	<-got
 	settle(t, a, "p1")
 	if raw, ok := shared.Raw("product:p1"); ok {
-		e, _ := holdfast.DecodeEntry(raw)
+		e, _ := tier.DecodeEntry(raw)
 		t.Fatalf("A's stale load %q was stored over B's invalidation", e.Value)
 	}
 	if st := a.Stats(); st.DroppedStaleSets != 1 {

@@ -3,7 +3,7 @@
 //
 // A read goes through up to three tiers. The hot tier is a small map of
 // encoded bytes in this process (TTL one minute, never past a value's soft
-// time). The shared tier is a Tier, normally Redis (package redis), that every
+// time). The shared tier is a tier.Tier, normally Redis (package redis), that every
 // process reads and writes. The loader is the source of truth, normally the
 // database. Concurrent misses of one key in one process join one flight, so
 // the loader runs once however many readers wait; each reader may leave on its
@@ -22,12 +22,12 @@
 // read.
 //
 // With a shared tier, the hot tier holds the keys read often enough to be
-// hot, found as they are read (Policy.Hot); a shared tier that is a Smearer
+// hot, found as they are read (Policy.Hot); a shared tier that is a tier.Smearer
 // (a Redis Cluster) also keeps copies of them on several nodes and spreads
-// their reads over the copies, and one that is a HotSharer lets processes
+// their reads over the copies, and one that is a tier.HotSharer lets processes
 // share what they found hot.
 //
 // Values are bytes at the bottom, wrapped in a versioned, checksummed
-// envelope (see Entry); Typed adds a codec on top. Corrupt bytes from a shared
+// envelope (see tier.Entry); Typed adds a codec on top. Corrupt bytes from a shared
 // tier are a miss, never a panic.
 package holdfast

@@ -16,18 +16,9 @@ var (
 	// stale value could be served instead.
 	ErrOverloaded = errors.New("holdfast: overloaded: load limit reached")
 
-	// ErrBypassed is returned by a Tier that skipped a call because it knows
-	// the call would fail (an open breaker, an ejected node). The Cache counts
-	// it as a bypass, not as a tier error.
-	ErrBypassed = errors.New("holdfast: tier bypassed")
-
 	// ErrTooLarge is returned when a key or value is over the configured size
 	// limit; nothing is sent or stored.
 	ErrTooLarge = errors.New("holdfast: too large")
-
-	// ErrCorrupt is returned by DecodeEntry for bytes that are not a valid
-	// envelope. The read path treats such bytes as a miss and counts them.
-	ErrCorrupt = errors.New("holdfast: corrupt entry")
 
 	// ErrClosed is returned by calls made after Cache.Close.
 	ErrClosed = errors.New("holdfast: cache closed")

@@ -2,9 +2,11 @@ package holdfast
 
 import (
 	"context"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// Sharing hot keys between processes (Policy.Hot.Share, HotSharer).
+// Sharing hot keys between processes (Policy.Hot.Share, tier.HotSharer).
 //
 // Detection is per process, so each instance promotes a key only once it has
 // seen enough reads of it itself; an instance that just started, or that the
@@ -20,8 +22,8 @@ import (
 const sharedHotTTLFactor = 3
 
 // shareHotKeys runs on a goroutine of the Cache's while the shared tier is
-// a HotSharer: one exchange per sharing namespace per interval.
-func (c *Cache) shareHotKeys(sharer HotSharer) {
+// a tier.HotSharer: one exchange per sharing namespace per interval.
+func (c *Cache) shareHotKeys(sharer tier.HotSharer) {
 	c.everyInterval(c.opts.HotShareInterval, func(ns *Namespace) {
 		if ns.p.Hot.Share && ns.hotKeys != nil {
 			ns.shareHot(c.ctx, sharer)
@@ -31,7 +33,7 @@ func (c *Cache) shareHotKeys(sharer HotSharer) {
 
 // shareHot publishes the namespace's hot keys and installs the shared set.
 // A failure keeps the previous set until it would have expired anyway.
-func (n *Namespace) shareHot(ctx context.Context, sharer HotSharer) {
+func (n *Namespace) shareHot(ctx context.Context, sharer tier.HotSharer) {
 	interval := n.c.opts.HotShareInterval
 	hot := n.hotKeys.Hot(n.now())
 	keys := make([]string, len(hot))

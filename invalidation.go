@@ -272,7 +272,7 @@ func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
 func (n *Namespace) supersedeWindow() int64 { return int64(n.p.TTL + n.p.StaleIfError) }
 
 // deleteShared removes qualified keys from the shared tier, bumping their
-// versions when the tier is a Coordinator.
+// versions when the tier is a tier.Coordinator.
 func (n *Namespace) deleteShared(ctx context.Context, keys ...string) error {
 	if n.coord != nil {
 		return n.coord.Invalidate(ctx, keys...)

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Leases coalesce one key's loads across processes (Policy.Lease): on a
@@ -56,7 +58,7 @@ func (n *Namespace) tryLease(ctx context.Context, j *job) (heldElsewhere bool) {
 	switch {
 	case err != nil:
 		n.countTierError(err, evSharedError)
-		if !errors.Is(err, ErrBypassed) {
+		if !errors.Is(err, tier.ErrBypassed) {
 			// The SET may have run and only its reply been lost: give back
 			// whatever this token may hold.
 			n.releaseLease(&lease{j.key, token, taken.Add(n.p.Lease.TTL)})

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // load is the stage for jobs whose lookup found no usable value: each key's
@@ -93,7 +95,7 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
 	start := n.c.clock.Now()
 	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return load(ctx, keys) }, n.release)
 	lo := n.loadOutcome(lctx, start, err)
-	var writes []Item
+	var writes []tier.Item
 	var vers []version
 	var writers []*flight
 	for i, j := range toLoad {
@@ -102,7 +104,7 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
 		if err == nil {
 			klo.val, klo.err = ans.vals[i], ans.errs[i]
 		}
-		var w *Item
+		var w *tier.Item
 		j.out, w = n.loaded(j.f, j.key, klo, j.fallback)
 		j.done = true
 		if w != nil {
@@ -148,7 +150,7 @@ func (n *Namespace) loadOutcome(ctx context.Context, start time.Time, err error)
 // f.endStore. Readers do not wait for that write, which may be slow or
 // failing (a Redis failure during the put must neither fail the
 // read nor run the loader again).
-func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta) (out outcome, write *Item) {
+func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta) (out outcome, write *tier.Item) {
 	val, err, start, cost := lo.val, lo.err, lo.start, lo.cost
 	var m meta
 	switch {
@@ -205,18 +207,18 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		f.endStore()
 		return out, nil
 	}
-	return out, &Item{Key: n.prefix + key, Value: m.raw, TTL: ttl}
+	return out, &tier.Item{Key: n.prefix + key, Value: m.raw, TTL: ttl}
 }
 
 // writeShared writes items to the shared tier; a failure is counted, never
-// returned: a write never fails a read. With a Coordinator each item is
+// returned: a write never fails a read. With a tier.Coordinator each item is
 // written only if its key's version is still the one read before the load;
 // an item whose version could not be read is not written at all, since it
 // might overwrite an invalidation.
 //
 // The write gets a LoadTimeout of its own, whatever the load took, on top
 // of the tier's own bound (the Redis tier's WriteTimeout).
-func (n *Namespace) writeShared(items []Item, vers []version) {
+func (n *Namespace) writeShared(items []tier.Item, vers []version) {
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
 	defer cancel()
 	if n.coord == nil {
@@ -255,7 +257,7 @@ type version struct {
 }
 
 // readVersion reads key's version before the source is read, when the
-// shared tier is a Coordinator that answered the read just made.
+// shared tier is a tier.Coordinator that answered the read just made.
 func (n *Namespace) readVersion(ctx context.Context, key string, status tierStatus) version {
 	if n.coord == nil || status == tierDown {
 		return version{}

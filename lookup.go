@@ -3,6 +3,8 @@ package holdfast
 import (
 	"context"
 	"sync"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // lookup is the stage after the flight's start: for each job, the hot tier
@@ -193,12 +195,12 @@ func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus
 	} else {
 		v, found, err = n.c.opts.Shared.Get(ctx, n.prefix+key)
 	}
-	return n.decodeLookup(key, Lookup{Value: v, Found: found, Err: err})
+	return n.decodeLookup(key, tier.Lookup{Value: v, Found: found, Err: err})
 }
 
 // decodeLookup classifies the shared tier's answer for key. A key whose
 // invalidation has not reached the tier yet reads as a miss.
-func (n *Namespace) decodeLookup(key string, l Lookup) (meta, tierStatus) {
+func (n *Namespace) decodeLookup(key string, l tier.Lookup) (meta, tierStatus) {
 	switch {
 	case l.Err != nil:
 		n.countTierError(l.Err, evSharedError)

@@ -50,8 +50,8 @@ type Stats struct {
 	LeaseWaits        uint64 // reads that found another process's lease and waited for its value
 	LeaseGaveUp       uint64 // lease waits that ran out (the holder died or was slow) and loaded instead
 	ErrorBackoffs     uint64 // reads served stale without a load because the key's last load failed within LoadErrorBackoff
-	SmearedReads      uint64 // shared-tier reads of hot keys sent to one of their copies (Smearer)
-	SmearedWrites     uint64 // shared-tier writes of hot keys to all their copies (Smearer)
+	SmearedReads      uint64 // shared-tier reads of hot keys sent to one of their copies (tier.Smearer)
+	SmearedWrites     uint64 // shared-tier writes of hot keys to all their copies (tier.Smearer)
 	Superseded        uint64 // shared-tier values loaded before this process's own later invalidation of their key, read as misses (a node that missed the invalidation, as after a failover)
 	LoadTimeouts      uint64 // loads whose loader had not returned at LoadTimeout; their readers were answered then
 	SharedHotKeys     uint64 // keys in the hot set shared by every process, as last fetched (a gauge; Hot.Share)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast/internal/hotkey"
 	"github.com/holdfast-dev/holdfast/internal/local"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Namespace is one kind of data (product info, list pages, stock, search
@@ -26,9 +27,9 @@ type Namespace struct {
 	ctr     *counters
 	pending pendingDeletes
 	recent  recentInvalidations
-	coord   Coordinator      // the shared tier, when it coordinates processes
+	coord   tier.Coordinator // the shared tier, when it coordinates processes
 	hotKeys *hotkey.Detector // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
-	smear   Smearer          // the shared tier, when it smears hot keys
+	smear   tier.Smearer     // the shared tier, when it smears hot keys
 	// sharedHot is the hot set every process published (Hot.Share).
 	sharedHot atomic.Pointer[sharedHotSet]
 	backoff   *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
@@ -140,7 +141,7 @@ func (n *Namespace) xfetchDue(m *meta, now int64) bool {
 }
 
 func (n *Namespace) countTierError(err error, ev event) {
-	if errors.Is(err, ErrBypassed) {
+	if errors.Is(err, tier.ErrBypassed) {
 		n.ctr.inc(evSharedBypassed)
 	} else {
 		n.ctr.inc(ev)

@@ -7,6 +7,8 @@ import (
 	"math"
 	"runtime"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Options configures a Cache. The zero value is valid: an in-process cache
@@ -14,7 +16,7 @@ import (
 type Options struct {
 	// Shared is the shared tier (Redis, say). Default nil: in-process tiers
 	// only. The Cache does not close it; its owner does.
-	Shared Tier
+	Shared tier.Tier
 
 	// MaxConcurrentLoads caps loader calls running at once in this process,
 	// across namespaces: the database connections this process may spend on
@@ -53,7 +55,7 @@ type Options struct {
 	ReplayInterval time.Duration
 
 	// HotShareInterval is how often namespaces with Hot.Share exchange
-	// their hot keys through the shared tier (a HotSharer): one call per
+	// their hot keys through the shared tier (a tier.HotSharer): one call per
 	// namespace per interval. Default 5 s.
 	HotShareInterval time.Duration
 
@@ -108,13 +110,13 @@ type Policy struct {
 	MaxConcurrentLoads int
 
 	// Lease coalesces this namespace's loads across processes through the
-	// shared tier, when it is a Coordinator.
+	// shared tier, when it is a tier.Coordinator.
 	Lease LeasePolicy
 
 	// Hot configures this namespace's in-process hot tier.
 	Hot HotPolicy
 
-	// UnguardedWrites accepts a shared tier that is not a Coordinator:
+	// UnguardedWrites accepts a shared tier that is not a tier.Coordinator:
 	// loads then write without the stale-set guard, so a value read from
 	// the source before an invalidation may be stored after it, until its
 	// TTL. Default false: such a tier is an error from Cache.Namespace.
@@ -152,7 +154,7 @@ type HotPolicy struct {
 	// they are read (HotDetected: a local cache of hot keys only,
 	// ~35% of normal traffic and up to 70% in spikes). The default,
 	// HotAuto, is HotDetected when the Cache has a shared tier and HotAll
-	// when it has not. With a shared tier that smears (Smearer), the keys
+	// when it has not. With a shared tier that smears (tier.Smearer), the keys
 	// found hot are also read from and written to several nodes, whatever
 	// Keys says.
 	Keys HotMode
@@ -171,7 +173,7 @@ type HotPolicy struct {
 	// Default nil.
 	Admit func(key string) bool
 	// Share exchanges this namespace's hot keys with the other processes
-	// through the shared tier, when it is a HotSharer (package redis):
+	// through the shared tier, when it is a tier.HotSharer (package redis):
 	// each process then treats the keys any of them found hot as hot,
 	// for three HotShareIntervals after they were last published.
 	// Default false.

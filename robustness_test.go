@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/inmem"
 	"github.com/holdfast-dev/holdfast/internal/fakeclock"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // golang.org/x/sync/singleflight's TestGoexitDo case: a loader that ends its
@@ -381,7 +382,7 @@ func TestLeaseWaiterLabelsAnOldValueStale(t *testing.T) {
 	}()
 	eventually(t, "the read to wait on the lease", func() bool { return ns.Stats().LeaseWaits == 1 })
 	origin := time.Now().Add(-2 * time.Second)
-	shared.Put("product:k", holdfast.AppendEntry(nil, holdfast.Entry{
+	shared.Put("product:k", tier.AppendEntry(nil, tier.Entry{
 		Value: []byte("old"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Minute),
 	}), time.Minute)
 	a := <-got
@@ -397,7 +398,7 @@ func TestPastHardSharedValueKeptForStaleIfError(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, LoadErrorBackoff: -1})
 	origin := time.Now().Add(-2 * time.Second)
-	shared.Put("product:k", holdfast.AppendEntry(nil, holdfast.Entry{
+	shared.Put("product:k", tier.AppendEntry(nil, tier.Entry{
 		Value: []byte("last"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second),
 	}), time.Minute)
 	down := &countingLoader{err: errors.New("db down")}

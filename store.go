@@ -3,6 +3,8 @@ package holdfast
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // The stores of this process: the hot tier and last-known-good.
@@ -20,8 +22,8 @@ func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negat
 	} else if j := n.p.EarlyRefresh.Jitter; j > 0 {
 		soft -= int64(float64(n.p.SoftTTL) * j * rand.Float64())
 	}
-	e := Entry{Value: val, Origin: time.Unix(0, origin), Soft: time.Unix(0, soft), Hard: time.Unix(0, hard), LoadCost: cost, Negative: negative}
-	raw := AppendEntry(make([]byte, 0, envelopeHeader+len(val)), e)
+	e := tier.Entry{Value: val, Origin: time.Unix(0, origin), Soft: time.Unix(0, soft), Hard: time.Unix(0, hard), LoadCost: cost, Negative: negative}
+	raw := tier.AppendEntry(make([]byte, 0, tier.HeaderSize+len(val)), e)
 	m, _ := decodeMeta(raw) // cannot fail: just encoded
 	return m
 }

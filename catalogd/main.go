@@ -40,6 +40,7 @@ import (
 	"github.com/holdfast-dev/holdfast/catalogd/sqlite"
 	"github.com/holdfast-dev/holdfast/holdfastprom"
 	"github.com/holdfast-dev/holdfast/redis"
+	"github.com/holdfast-dev/holdfast/tier"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -216,7 +217,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	hotTTL := c.HotTTL
-	var shared holdfast.Tier
+	var shared tier.Tier
 	if c.Redis != "" {
 		addrs := strings.Split(c.Redis, ",")
 		for i := range addrs {

@@ -5,15 +5,15 @@ import (
 	"sort"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-var _ holdfast.HotSharer = (*Tier)(nil)
+var _ tier.HotSharer = (*Tier)(nil)
 
 // maxSharedHot bounds each shared hot set, as package redis does.
 const maxSharedHot = 1024
 
-// ShareHot implements holdfast.HotSharer.
+// ShareHot implements tier.HotSharer.
 func (t *Tier) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
 	if err := t.enter(ctx, &t.calls.HotShares); err != nil {
 		return nil, err

@@ -5,10 +5,10 @@ import (
 	"math/rand/v2"
 	"strconv"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// Smearing is a Tier that keeps copies of hot keys (a holdfast.Smearer), for
+// Smearing is a Tier that keeps copies of hot keys (a tier.Smearer), for
 // tests of the read path's smearing: key K's copies are "K#1" … "K#n-1"
 // beside K itself. Every copy lives in the one map, so this says nothing
 // about spreading load; package redis places copies on distinct Cluster
@@ -18,19 +18,19 @@ type Smearing struct {
 	copies int
 }
 
-var _ holdfast.Smearer = (*Smearing)(nil)
+var _ tier.Smearer = (*Smearing)(nil)
 
 // Smearing returns t as a Smearer keeping copies copies of each hot key,
 // the key itself included.
 func (t *Tier) Smearing(copies int) *Smearing { return &Smearing{Tier: t, copies: max(1, copies)} }
 
-// Copies implements holdfast.Smearer.
+// Copies implements tier.Smearer.
 func (s *Smearing) Copies() int { return s.copies }
 
 // CopyKey returns the key under which copy i (1 ≤ i < copies) of key lives.
 func CopyKey(key string, i int) string { return key + "#" + strconv.Itoa(i) }
 
-// GetSmeared implements holdfast.Smearer.
+// GetSmeared implements tier.Smearer.
 func (s *Smearing) GetSmeared(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := s.enter(ctx, &s.calls.SmearedGets); err != nil {
 		return nil, false, err
@@ -44,9 +44,9 @@ func (s *Smearing) GetSmeared(ctx context.Context, key string) ([]byte, bool, er
 	return v, ok, nil
 }
 
-// SetSmearedIfVersion implements holdfast.Smearer: one version guards the
+// SetSmearedIfVersion implements tier.Smearer: one version guards the
 // key and its copies, all written under one lock.
-func (s *Smearing) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+func (s *Smearing) SetSmearedIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
 	if err := s.enter(ctx, &s.calls.SmearedSets); err != nil {
 		return false, err
 	}
@@ -63,7 +63,7 @@ func (s *Smearing) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, ve
 	return true, nil
 }
 
-// Invalidate implements holdfast.Coordinator, removing every copy of every
+// Invalidate implements tier.Coordinator, removing every copy of every
 // key, hot or not.
 func (s *Smearing) Invalidate(ctx context.Context, keys ...string) error {
 	if err := s.Tier.Invalidate(ctx, keys...); err != nil {

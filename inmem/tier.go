@@ -1,4 +1,4 @@
-// Package inmem is an in-memory holdfast.Tier (and holdfast.Coordinator) for
+// Package inmem is an in-memory tier.Tier (and tier.Coordinator) for
 // tests and examples: a map with expiry standing in for Redis, shared by
 // several Caches to stand for several processes, plus switches that make it fail or stall
 // so the read path's failure handling can be tested without a network. The
@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // ErrInjected is the failure returned while a Tier is set to fail.
@@ -45,7 +45,7 @@ type Calls struct {
 	HotShares                     int
 }
 
-var _ holdfast.Tier = (*Tier)(nil)
+var _ tier.Tier = (*Tier)(nil)
 
 // New returns an empty Tier whose expiry follows now (time.Now when nil).
 func New(now func() time.Time) *Tier {
@@ -151,7 +151,7 @@ func (t *Tier) enter(ctx context.Context, count *int) error {
 	return ctx.Err()
 }
 
-// Get implements holdfast.Tier.
+// Get implements tier.Tier.
 func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := t.enter(ctx, &t.calls.Gets); err != nil {
 		return nil, false, err
@@ -160,20 +160,20 @@ func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return v, ok, nil
 }
 
-// GetMany implements holdfast.Tier.
-func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, error) {
+// GetMany implements tier.Tier.
+func (t *Tier) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
 	if err := t.enter(ctx, &t.calls.GetManys); err != nil {
 		return nil, err
 	}
-	out := make([]holdfast.Lookup, len(keys))
+	out := make([]tier.Lookup, len(keys))
 	for i, k := range keys {
 		out[i].Value, out[i].Found = t.Raw(k)
 	}
 	return out, nil
 }
 
-// Set implements holdfast.Tier.
-func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
+// Set implements tier.Tier.
+func (t *Tier) Set(ctx context.Context, items ...tier.Item) error {
 	if err := t.enter(ctx, &t.calls.Sets); err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 	return nil
 }
 
-// Delete implements holdfast.Tier.
+// Delete implements tier.Tier.
 func (t *Tier) Delete(ctx context.Context, keys ...string) error {
 	if err := t.enter(ctx, &t.calls.Deletes); err != nil {
 		return err
@@ -196,12 +196,12 @@ func (t *Tier) Delete(ctx context.Context, keys ...string) error {
 	return nil
 }
 
-// Close implements holdfast.Tier.
+// Close implements tier.Tier.
 func (t *Tier) Close() error { return nil }
 
-var _ holdfast.Coordinator = (*Tier)(nil)
+var _ tier.Coordinator = (*Tier)(nil)
 
-// Version implements holdfast.Coordinator.
+// Version implements tier.Coordinator.
 func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
 	if err := t.enter(ctx, &t.calls.Versions); err != nil {
 		return 0, err
@@ -211,8 +211,8 @@ func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
 	return t.versions[key], nil
 }
 
-// SetIfVersion implements holdfast.Coordinator.
-func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+// SetIfVersion implements tier.Coordinator.
+func (t *Tier) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
 	if err := t.enter(ctx, &t.calls.Sets); err != nil {
 		return false, err
 	}
@@ -225,7 +225,7 @@ func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint6
 	return true, nil
 }
 
-// Invalidate implements holdfast.Coordinator.
+// Invalidate implements tier.Coordinator.
 func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	if err := t.enter(ctx, &t.calls.Deletes); err != nil {
 		return err
@@ -242,7 +242,7 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	return nil
 }
 
-// Lease implements holdfast.Coordinator.
+// Lease implements tier.Coordinator.
 func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	if err := t.enter(ctx, &t.calls.Leases); err != nil {
 		return false, err
@@ -259,7 +259,7 @@ func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 	return true, nil
 }
 
-// Release implements holdfast.Coordinator.
+// Release implements tier.Coordinator.
 func (t *Tier) Release(ctx context.Context, key, token string) error {
 	if err := t.enter(ctx, &t.calls.Releases); err != nil {
 		return err

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // BenchmarkGetHit compares the tier's Get with a raw rueidis GET (same
@@ -25,7 +25,7 @@ func BenchmarkGetHit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tr.Close()
-	if err := tr.Set(ctx, holdfast.Item{Key: "ns:k", Value: val, TTL: time.Hour}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: "ns:k", Value: val, TTL: time.Hour}); err != nil {
 		b.Fatal(err)
 	}
 	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})

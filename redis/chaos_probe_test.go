@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // When a read looks stale as it returns (a superseded version after its
@@ -173,7 +174,7 @@ func probeNode(addr, full string) string {
 		case !ok:
 			desc += "nil"
 		default:
-			e, err := holdfast.DecodeEntry([]byte(b))
+			e, err := tier.DecodeEntry([]byte(b))
 			if err != nil {
 				desc += "undecodable"
 				break

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // BenchmarkClusterGetHit compares, on one 3+3 Cluster in the same run, the
@@ -38,10 +38,10 @@ func BenchmarkClusterGetHit(b *testing.B) {
 	defer raw.Close()
 	const keys = 1000
 	names := make([]string, keys)
-	items := make([]holdfast.Item, keys)
+	items := make([]tier.Item, keys)
 	for i := range items {
 		names[i] = "ns:" + strings.Repeat("k", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
-		items[i] = holdfast.Item{Key: names[i], Value: val, TTL: time.Hour}
+		items[i] = tier.Item{Key: names[i], Value: val, TTL: time.Hour}
 	}
 	if err := plain.Set(ctx, items...); err != nil {
 		b.Fatal(err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Real-process tests of per-node health on a 3 primaries + 3 replicas
@@ -124,9 +125,9 @@ func TestClusterUniformReads(t *testing.T) {
 		Cluster: ClusterOptions{PrimaryAfterWrite: -1}})
 
 	const keys = 3000
-	items := make([]holdfast.Item, keys)
+	items := make([]tier.Item, keys)
 	for i := range items {
-		items[i] = holdfast.Item{Key: fmt.Sprintf("ns:%d", i), Value: []byte("v"), TTL: 10 * time.Minute}
+		items[i] = tier.Item{Key: fmt.Sprintf("ns:%d", i), Value: []byte("v"), TTL: 10 * time.Minute}
 	}
 	if err := tr.Set(ctx, items...); err != nil {
 		t.Fatal(err)
@@ -665,7 +666,7 @@ func TestClusterPrimaryKilled(t *testing.T) {
 	if nodeStat(tr, heir).Reads < before+100 {
 		t.Fatalf("reads of the failed-over slot not served by the promoted node: %+v", nodeStat(tr, heir))
 	}
-	if err := tr.Set(ctx, holdfast.Item{Key: "nf:k0", Value: []byte("new"), TTL: time.Minute}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: "nf:k0", Value: []byte("new"), TTL: time.Minute}); err != nil {
 		t.Fatalf("write after failover: %v", err)
 	}
 	if v, _ := serverByAddr(cl, heir).CLI(ctx, "GET", "nf:k0"); v != "new" {
@@ -684,7 +685,7 @@ func TestClusterWatchdog(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	tr := newTier(t, Options{Addrs: cl.Addrs(), ReadBudget: 5 * time.Second, ConnTimeout: 10 * time.Second,
 		Cluster: ClusterOptions{ConsecutiveFailures: 1000, MinRequests: 1000}})
-	if err := tr.Set(ctx, holdfast.Item{Key: "ns:w", Value: []byte("v"), TTL: time.Minute}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: "ns:w", Value: []byte("v"), TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	// Just written: PrimaryAfterWrite sends the read to the primary.
@@ -699,7 +700,7 @@ func TestClusterWatchdog(t *testing.T) {
 	d := time.Since(start)
 	st := nodeStat(tr, p.Addr())
 	t.Logf("read to a frozen primary failed after %v: %v; node %+v", d, err, st)
-	if err == nil || errors.Is(err, holdfast.ErrBypassed) {
+	if err == nil || errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("Get to a frozen primary: %v", err)
 	}
 	if d < 900*time.Millisecond || d > DefaultSilentConnTimeout+300*time.Millisecond || st.WatchdogCloses == 0 {

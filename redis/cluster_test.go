@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // TestCluster: against a real 3 primaries + 3 replicas Cluster, the tier
@@ -55,12 +55,12 @@ func TestCluster(t *testing.T) {
 	}
 
 	const n = 300
-	items := make([]holdfast.Item, n)
+	items := make([]tier.Item, n)
 	keys := make([]string, 0, n+20)
 	slots := map[uint16]bool{}
 	for i := range items {
 		k := fmt.Sprintf("ns:%d", i)
-		items[i] = holdfast.Item{Key: k, Value: []byte("v" + k), TTL: time.Minute}
+		items[i] = tier.Item{Key: k, Value: []byte("v" + k), TTL: time.Minute}
 		keys = append(keys, k)
 		slots[slot("t:"+k)] = true
 	}

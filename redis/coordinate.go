@@ -10,10 +10,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// The Tier is a holdfast.Coordinator: processes coordinate through it with
+// The Tier is a tier.Coordinator: processes coordinate through it with
 // per-key versions (the stale-set guard) and per-key leases.
 //
 // A key K's version lives in a sibling key, and its lease in another, both in
@@ -32,7 +32,7 @@ import (
 // copies are outside Redis; the Cache bounds them by the hot tier's TTL
 // (never past a value's soft time) in other processes and drops them at once
 // in the invalidating one.
-var _ holdfast.Coordinator = (*Tier)(nil)
+var _ tier.Coordinator = (*Tier)(nil)
 
 // versionTTL is how long a key's version outlives its last invalidation. A
 // version that expires reads as 0 again; a load that read the old version
@@ -93,7 +93,7 @@ func (t *Tier) countSetFailure(err error) {
 	countFailure(err, &t.stats.setErrors, &t.stats.setBypassed, 1)
 }
 
-// Version implements holdfast.Coordinator.
+// Version implements tier.Coordinator.
 func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
 	full, err := t.fullKey(key)
 	if err != nil {
@@ -118,8 +118,8 @@ func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
 	return v, nil
 }
 
-// SetIfVersion implements holdfast.Coordinator.
-func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+// SetIfVersion implements tier.Coordinator.
+func (t *Tier) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
 	c := &t.stats
 	c.sets.add(1)
 	full, err := t.checkItem(it)
@@ -141,7 +141,7 @@ func (t *Tier) SetIfVersion(ctx context.Context, it holdfast.Item, version uint6
 	return n == 1, nil
 }
 
-// Invalidate implements holdfast.Coordinator: one script per key, pipelined.
+// Invalidate implements tier.Coordinator: one script per key, pipelined.
 func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
@@ -216,7 +216,7 @@ func invalidated(r rueidis.RedisResult) (registry, error) {
 	return reg, err
 }
 
-// Lease implements holdfast.Coordinator with SET NX PX.
+// Lease implements tier.Coordinator with SET NX PX.
 func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	full, err := t.fullKey(key)
 	var lk string
@@ -240,7 +240,7 @@ func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 	return false, fmt.Errorf("redis tier lease %q: %w", key, err)
 }
 
-// Release implements holdfast.Coordinator.
+// Release implements tier.Coordinator.
 func (t *Tier) Release(ctx context.Context, key, token string) error {
 	full, err := t.fullKey(key)
 	var lk string

@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -31,9 +32,9 @@ func newCache(t *testing.T, addrs []string, p holdfast.Policy) *holdfast.Namespa
 }
 
 // newCacheWrapped is newCache with the Tier wrapped by wrap (nil: not).
-func newCacheWrapped(t *testing.T, addrs []string, p holdfast.Policy, wrap func(holdfast.Tier) holdfast.Tier) *holdfast.Namespace {
+func newCacheWrapped(t *testing.T, addrs []string, p holdfast.Policy, wrap func(tier.Tier) tier.Tier) *holdfast.Namespace {
 	t.Helper()
-	var tr holdfast.Tier = newTier(t, Options{Addrs: addrs})
+	var tr tier.Tier = newTier(t, Options{Addrs: addrs})
 	if wrap != nil {
 		tr = wrap(tr)
 	}
@@ -66,7 +67,7 @@ func TestCoordinatorPrimitives(t *testing.T) {
 				if err != nil || v != 0 {
 					t.Fatalf("%s: version of a new key = %d, %v", key, v, err)
 				}
-				if ok, err := tr.SetIfVersion(ctx, holdfast.Item{Key: key, Value: []byte("a"), TTL: time.Minute}, 0); !ok || err != nil {
+				if ok, err := tr.SetIfVersion(ctx, tier.Item{Key: key, Value: []byte("a"), TTL: time.Minute}, 0); !ok || err != nil {
 					t.Fatalf("%s: SetIfVersion at the current version: %v %v", key, ok, err)
 				}
 				if err := tr.Invalidate(ctx, key); err != nil {
@@ -75,7 +76,7 @@ func TestCoordinatorPrimitives(t *testing.T) {
 				if _, found, _ := tr.Get(ctx, key); found {
 					t.Fatalf("%s: value survived Invalidate", key)
 				}
-				if ok, err := tr.SetIfVersion(ctx, holdfast.Item{Key: key, Value: []byte("old"), TTL: time.Minute}, 0); ok || err != nil {
+				if ok, err := tr.SetIfVersion(ctx, tier.Item{Key: key, Value: []byte("old"), TTL: time.Minute}, 0); ok || err != nil {
 					t.Fatalf("%s: a write at the pre-invalidation version was accepted (%v, %v)", key, ok, err)
 				}
 				if v, _ := tr.Version(ctx, key); v != 1 {
@@ -286,7 +287,7 @@ func TestStaleSetRace(t *testing.T) { staleSetRace(t, nil) }
 
 // staleSetRace runs the randomized races with the loading process's tier
 // wrapped by wrap (nil: not wrapped).
-func staleSetRace(t *testing.T, wrap func(holdfast.Tier) holdfast.Tier) {
+func staleSetRace(t *testing.T, wrap func(tier.Tier) tier.Tier) {
 	srv := redistest.Standalone(t)
 	rounds := 1000
 	if testing.Short() {
@@ -322,7 +323,7 @@ func staleSetRace(t *testing.T, wrap func(holdfast.Tier) holdfast.Tier) {
 			if err != nil {
 				return // miss
 			}
-			e, err := holdfast.DecodeEntry(s)
+			e, err := tier.DecodeEntry(s)
 			if err != nil {
 				t.Fatalf("round %d: undecodable value: %v", i, err)
 			}
@@ -380,7 +381,7 @@ func TestInvalidateWhileFrozen(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if s, err := raw.Do(ctx, raw.B().Get().Key("product:p1").Build()).AsBytes(); err == nil {
-		if e, _ := holdfast.DecodeEntry(s); string(e.Value) == "0" {
+		if e, _ := tier.DecodeEntry(s); string(e.Value) == "0" {
 			t.Fatal("Redis still holds the old value after the replay")
 		}
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // TestCopiesUnderAnotherMapInvalidated, on a real 3 + 3 Cluster: process B
@@ -63,7 +63,7 @@ func TestCopiesUnderAnotherMapInvalidated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	item := holdfast.Item{Key: key, Value: []byte("old"), TTL: time.Minute}
+	item := tier.Item{Key: key, Value: []byte("old"), TTL: time.Minute}
 	if ok, err := b.SetSmearedIfVersion(ctx, item, ver); err != nil || !ok {
 		t.Fatalf("B's smeared write: %v, %v", ok, err)
 	}
@@ -126,7 +126,7 @@ func TestCopiesUnderAnotherMapInvalidated(t *testing.T) {
 		}
 	}
 	// A fresh load, at the new version, is smeared and read again.
-	fresh := holdfast.Item{Key: key, Value: []byte("new"), TTL: time.Minute}
+	fresh := tier.Item{Key: key, Value: []byte("new"), TTL: time.Minute}
 	if ok, err := b.SetSmearedIfVersion(ctx, fresh, ver+1); err != nil || !ok {
 		t.Fatalf("B's fresh smeared write: %v, %v", ok, err)
 	}

@@ -1,4 +1,4 @@
-// Package redis is a holdfast.Tier over Redis 7, standalone or Cluster, built
+// Package redis is a tier.Tier over Redis 7, standalone or Cluster, built
 // on github.com/redis/rueidis.
 //
 // Every call goes through a circuit breaker first. While Redis is healthy the
@@ -8,7 +8,7 @@
 // unreachable Redis costs a read at most its budget. A nil reply is a miss,
 // never a failure. Failures and timeouts feed the breaker; after 5 failures
 // in a row, or half of at least 20 calls in 10 s, it opens and every call
-// returns at once with an error wrapping holdfast.ErrBypassed, without
+// returns at once with an error wrapping tier.ErrBypassed, without
 // touching Redis. After 1 s (doubling while Redis stays bad) a few probe
 // calls go through; if they succeed the breaker closes. A call the caller
 // cancels says nothing about Redis and is not counted; a reply from before
@@ -35,7 +35,7 @@
 // no sync or load in progress, offset close to the primary's) and take
 // reads only when ready; and each read goes to a node picked uniformly at
 // random among its slot's primary and ready replicas. When none is left the
-// read returns at once with an error wrapping holdfast.ErrBypassed, so the
+// read returns at once with an error wrapping tier.ErrBypassed, so the
 // Cache falls back to last-known-good or its loader without waiting. A
 // failing node counts against the tier's breaker only when no more nodes
 // may be ejected, so one bad node never opens it for all. Every command for

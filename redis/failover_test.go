@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Read-your-invalidations across a failover, on a real 3+3 Cluster.
@@ -32,7 +33,7 @@ func (s *spyTier) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if s.armed.Load() && err == nil {
 		s.reads.Add(1)
 		if found {
-			if e, derr := holdfast.DecodeEntry(v); derr == nil && string(e.Value) == s.old {
+			if e, derr := tier.DecodeEntry(v); derr == nil && string(e.Value) == s.old {
 				s.oldReads.Add(1)
 			}
 		}
@@ -103,7 +104,7 @@ func storedValue(t *testing.T, srv *redistest.Server, full string) string {
 	if err != nil {
 		return ""
 	}
-	e, err := holdfast.DecodeEntry(b)
+	e, err := tier.DecodeEntry(b)
 	if err != nil {
 		t.Fatalf("%s on %s: %v", full, srv.Addr(), err)
 	}

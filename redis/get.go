@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Reads: GET for one key, one MGET per hash slot for many.
@@ -57,7 +57,7 @@ func (t *Tier) getFull(ctx context.Context, key, full string) ([]byte, bool, err
 func (t *Tier) beginRead(ctx context.Context, key string) (uint64, error) {
 	gen, err := t.begin(ctx)
 	if err != nil {
-		if errors.Is(err, holdfast.ErrBypassed) {
+		if errors.Is(err, tier.ErrBypassed) {
 			t.stats.bypassed.add(1)
 		} else {
 			t.stats.errors.add(1)
@@ -141,8 +141,8 @@ func (t *Tier) groupBySlot(keys []string) []group {
 // GetMany reads keys with one MGET per hash slot, pipelined. A key whose
 // group failed has its own Lookup.Err; the returned error is non-nil only
 // when no group got an answer (then every Lookup.Err is set as well).
-func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, error) {
-	out := make([]holdfast.Lookup, len(keys))
+func (t *Tier) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
+	out := make([]tier.Lookup, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -169,7 +169,7 @@ func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, e
 	}
 	gen, err := t.begin(ctx)
 	if err != nil {
-		if errors.Is(err, holdfast.ErrBypassed) {
+		if errors.Is(err, tier.ErrBypassed) {
 			c.bypassed.add(sent)
 		} else {
 			c.errors.add(sent)
@@ -241,7 +241,7 @@ func (t *Tier) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, e
 				continue
 			}
 			c.hits.add(1)
-			out[i] = holdfast.Lookup{Value: []byte(s), Found: true}
+			out[i] = tier.Lookup{Value: []byte(s), Found: true}
 		}
 	}
 	if t.nodes != nil {

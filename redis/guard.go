@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Breaker plumbing shared by every call: begin and end a call under the
@@ -34,7 +34,7 @@ func (t *Tier) begin(ctx context.Context) (uint64, error) {
 	}
 	gen, ok := t.br.Allow()
 	if !ok {
-		return 0, holdfast.ErrBypassed
+		return 0, tier.ErrBypassed
 	}
 	return gen, nil
 }

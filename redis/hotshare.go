@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// The shared hot set (holdfast.HotSharer): one sorted set per namespace,
+// The shared hot set (tier.HotSharer): one sorted set per namespace,
 // each member a hot key scored by the Redis server's time, in ms, at which
 // it stops being current. One script call publishes a process's hot keys,
 // drops the expired ones, trims the set to maxSharedHot, and returns the
@@ -17,7 +17,7 @@ import (
 // not agree. The set's name, ":hot:<namespace>", cannot be a Cache key:
 // those are "<namespace>:<key>", and a namespace is never empty.
 
-var _ holdfast.HotSharer = (*Tier)(nil)
+var _ tier.HotSharer = (*Tier)(nil)
 
 // maxSharedHot bounds a shared hot set.
 const maxSharedHot = 1024
@@ -35,7 +35,7 @@ if n > cap then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - cap - 1) end
 if n > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)`)
 
-// ShareHot implements holdfast.HotSharer.
+// ShareHot implements tier.HotSharer.
 func (t *Tier) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
 	name, err := t.fullKey(":hot:" + set)
 	if err != nil {

@@ -7,13 +7,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Lazy is a Tier that connects in the background, so that a service can
 // start while Redis is down (a restart during a Redis outage must not make
 // the outage an outage of the service). Until the first connection succeeds
-// every call returns at once with an error wrapping holdfast.ErrBypassed:
+// every call returns at once with an error wrapping tier.ErrBypassed:
 // the Cache then serves from its own tiers and the loader, and queues its
 // invalidations for replay, as it does while a breaker is open. Once
 // connected, Lazy is the Tier.
@@ -25,8 +25,8 @@ type Lazy struct {
 }
 
 var (
-	_ holdfast.Smearer   = (*Lazy)(nil)
-	_ holdfast.HotSharer = (*Lazy)(nil)
+	_ tier.Smearer   = (*Lazy)(nil)
+	_ tier.HotSharer = (*Lazy)(nil)
 )
 
 // NewLazy validates opts and starts connecting in the background, retrying
@@ -84,9 +84,9 @@ func (l *Lazy) WaitConnected(ctx context.Context) error {
 	}
 }
 
-var errNotConnected = fmt.Errorf("redis tier not connected yet: %w", holdfast.ErrBypassed)
+var errNotConnected = fmt.Errorf("redis tier not connected yet: %w", tier.ErrBypassed)
 
-// Get implements holdfast.Tier.
+// Get implements tier.Tier.
 func (l *Lazy) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.Get(ctx, key)
@@ -94,23 +94,23 @@ func (l *Lazy) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return nil, false, errNotConnected
 }
 
-// GetMany implements holdfast.Tier.
-func (l *Lazy) GetMany(ctx context.Context, keys []string) ([]holdfast.Lookup, error) {
+// GetMany implements tier.Tier.
+func (l *Lazy) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.GetMany(ctx, keys)
 	}
 	return nil, errNotConnected
 }
 
-// Set implements holdfast.Tier.
-func (l *Lazy) Set(ctx context.Context, items ...holdfast.Item) error {
+// Set implements tier.Tier.
+func (l *Lazy) Set(ctx context.Context, items ...tier.Item) error {
 	if t := l.tier.Load(); t != nil {
 		return t.Set(ctx, items...)
 	}
 	return errNotConnected
 }
 
-// Delete implements holdfast.Tier.
+// Delete implements tier.Tier.
 func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
 	if t := l.tier.Load(); t != nil {
 		return t.Delete(ctx, keys...)
@@ -118,7 +118,7 @@ func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
 	return errNotConnected
 }
 
-// Version implements holdfast.Coordinator.
+// Version implements tier.Coordinator.
 func (l *Lazy) Version(ctx context.Context, key string) (uint64, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.Version(ctx, key)
@@ -126,15 +126,15 @@ func (l *Lazy) Version(ctx context.Context, key string) (uint64, error) {
 	return 0, errNotConnected
 }
 
-// SetIfVersion implements holdfast.Coordinator.
-func (l *Lazy) SetIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+// SetIfVersion implements tier.Coordinator.
+func (l *Lazy) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.SetIfVersion(ctx, it, version)
 	}
 	return false, errNotConnected
 }
 
-// Invalidate implements holdfast.Coordinator.
+// Invalidate implements tier.Coordinator.
 func (l *Lazy) Invalidate(ctx context.Context, keys ...string) error {
 	if t := l.tier.Load(); t != nil {
 		return t.Invalidate(ctx, keys...)
@@ -142,7 +142,7 @@ func (l *Lazy) Invalidate(ctx context.Context, keys ...string) error {
 	return errNotConnected
 }
 
-// Lease implements holdfast.Coordinator.
+// Lease implements tier.Coordinator.
 func (l *Lazy) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.Lease(ctx, key, token, ttl)
@@ -150,7 +150,7 @@ func (l *Lazy) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 	return false, errNotConnected
 }
 
-// Release implements holdfast.Coordinator.
+// Release implements tier.Coordinator.
 func (l *Lazy) Release(ctx context.Context, key, token string) error {
 	if t := l.tier.Load(); t != nil {
 		return t.Release(ctx, key, token)
@@ -172,7 +172,7 @@ func (l *Lazy) Close() error {
 	return nil
 }
 
-// Copies implements holdfast.Smearer: 1 until connected.
+// Copies implements tier.Smearer: 1 until connected.
 func (l *Lazy) Copies() int {
 	if t := l.tier.Load(); t != nil {
 		return t.Copies()
@@ -180,7 +180,7 @@ func (l *Lazy) Copies() int {
 	return 1
 }
 
-// GetSmeared implements holdfast.Smearer.
+// GetSmeared implements tier.Smearer.
 func (l *Lazy) GetSmeared(ctx context.Context, key string) ([]byte, bool, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.GetSmeared(ctx, key)
@@ -188,15 +188,15 @@ func (l *Lazy) GetSmeared(ctx context.Context, key string) ([]byte, bool, error)
 	return nil, false, errNotConnected
 }
 
-// SetSmearedIfVersion implements holdfast.Smearer.
-func (l *Lazy) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+// SetSmearedIfVersion implements tier.Smearer.
+func (l *Lazy) SetSmearedIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.SetSmearedIfVersion(ctx, it, version)
 	}
 	return false, errNotConnected
 }
 
-// ShareHot implements holdfast.HotSharer.
+// ShareHot implements tier.HotSharer.
 func (l *Lazy) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
 	if t := l.tier.Load(); t != nil {
 		return t.ShareHot(ctx, set, keys, ttl, limit)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // A service started while Redis is down serves from its own tiers, queues
@@ -28,7 +29,7 @@ func TestLazyStartsWithRedisDown(t *testing.T) {
 	ns, _ := c.Namespace("product", holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}, StaleIfError: time.Minute})
 	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
 	ctx := context.Background()
-	if _, _, err := l.Get(ctx, "k"); !errors.Is(err, holdfast.ErrBypassed) {
+	if _, _, err := l.Get(ctx, "k"); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("before connecting: err = %v, want ErrBypassed", err)
 	}
 	start := time.Now()

@@ -84,7 +84,7 @@ type Options struct {
 
 // BreakerOptions configures the breaker in front of Redis. The zero value
 // means the defaults. While the breaker is open, every call skips Redis and
-// returns an error wrapping holdfast.ErrBypassed.
+// returns an error wrapping tier.ErrBypassed.
 type BreakerOptions struct {
 	// ConsecutiveFailures opens the breaker after this many failed calls in
 	// a row. Default 5.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // mustHaveServer fails the test when redis-server or redis-cli is missing:
@@ -60,7 +60,7 @@ func (c *opCounts) add(err error) {
 	switch {
 	case err == nil:
 		c.ok.Add(1)
-	case errors.Is(err, holdfast.ErrBypassed):
+	case errors.Is(err, tier.ErrBypassed):
 		c.bypassed.Add(1)
 	default:
 		c.failed.Add(1)
@@ -77,7 +77,7 @@ func (c *opCounts) String() string {
 // (Invalidate, SetIfVersion, Lease, Release, Version, Set) over keys on
 // every primary never moves the tier's breaker off closed, because each
 // failure is the frozen node's: it is ejected, and calls for its slots
-// are then refused at once with holdfast.ErrBypassed. Calls for the
+// are then refused at once with tier.ErrBypassed. Calls for the
 // healthy primaries' keys all succeed, and reads of their keys all hit.
 func TestFrozenPrimaryKeepsBreakerClosed(t *testing.T) {
 	mustHaveServer(t)
@@ -106,9 +106,9 @@ func TestFrozenPrimaryKeepsBreakerClosed(t *testing.T) {
 			readKeys = append(readKeys, ks...)
 		}
 	}
-	var items []holdfast.Item
+	var items []tier.Item
 	for _, k := range readKeys {
-		items = append(items, holdfast.Item{Key: "r:" + k, Value: []byte("v"), TTL: 10 * time.Minute})
+		items = append(items, tier.Item{Key: "r:" + k, Value: []byte("v"), TTL: 10 * time.Minute})
 	}
 	if err := tr.Set(ctx, items...); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestFrozenPrimaryKeepsBreakerClosed(t *testing.T) {
 		case "invalidate":
 			return tr.Invalidate(ctx, key)
 		case "setifversion":
-			_, err := tr.SetIfVersion(ctx, holdfast.Item{Key: key, Value: []byte("x"), TTL: time.Minute}, 0)
+			_, err := tr.SetIfVersion(ctx, tier.Item{Key: key, Value: []byte("x"), TTL: time.Minute}, 0)
 			return err
 		case "lease":
 			_, err := tr.Lease(ctx, key, "tok", time.Second)
@@ -145,7 +145,7 @@ func TestFrozenPrimaryKeepsBreakerClosed(t *testing.T) {
 			_, err := tr.Version(ctx, key)
 			return err
 		}
-		return tr.Set(ctx, holdfast.Item{Key: key, Value: []byte("x"), TTL: time.Minute})
+		return tr.Set(ctx, tier.Item{Key: key, Value: []byte("x"), TTL: time.Minute})
 	}
 
 	const phase = 5 * time.Second

@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 	"github.com/holdfast-dev/holdfast/redis"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // slack is what a call may take beyond what it should on a noisy 2-core box
@@ -524,7 +525,7 @@ func TestReadPathCorruptBytes(t *testing.T) {
 		if err != nil {
 			return nil
 		}
-		if _, err := holdfast.DecodeEntry(b); err != nil {
+		if _, err := tier.DecodeEntry(b); err != nil {
 			return nil
 		}
 		return b

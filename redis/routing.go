@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Read routing in Cluster mode. Each read goes to a node picked uniformly at
@@ -20,7 +20,7 @@ import (
 // lists it as one of the slot's replicas, over its connection without
 // READONLY (node.asPrimary) when the map lists it as the slot's primary.
 // When no node of the slot is eligible the read returns at once with an
-// error wrapping holdfast.ErrBypassed: the Cache then serves its
+// error wrapping tier.ErrBypassed: the Cache then serves its
 // last-known-good value or loads, without waiting for a budget to run out.
 //
 // Why a primary is never read over READONLY: a READONLY connection answers
@@ -264,7 +264,7 @@ func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd f
 	if n == nil && covered {
 		t.br.Done(gen, breaker.Ignore)
 		c.bypassed.add(1)
-		return rueidis.RedisResult{}, fmt.Errorf("redis tier get %q: no node of slot %d is ready: %w", key, sl, holdfast.ErrBypassed)
+		return rueidis.RedisResult{}, fmt.Errorf("redis tier get %q: no node of slot %d is ready: %w", key, sl, tier.ErrBypassed)
 	}
 	rctx, cancel := t.readContext(ctx)
 	defer cancel()
@@ -340,7 +340,7 @@ type batchKey struct {
 
 // nodeMGet sends the groups of a GetMany, one batch per node, concurrently,
 // and returns one result per group. Groups with no eligible node get an
-// error wrapping holdfast.ErrBypassed and are not sent. A group that was
+// error wrapping tier.ErrBypassed and are not sent. A group that was
 // redirected, or that a replica answered with misses, is read again key by
 // key through the Cluster client (an MGET over keys split between the two
 // nodes of a migration is refused with TRYAGAIN); its values are then in
@@ -355,7 +355,7 @@ func (t *Tier) nodeMGet(ctx context.Context, groups []group) (results []rueidis.
 		n, viaPrimary, covered := t.nodes.pick(sl)
 		if n == nil && covered {
 			bypassed[gi] = true
-			results[gi] = rueidis.NewErrorResult(fmt.Errorf("no node of slot %d is ready: %w", sl, holdfast.ErrBypassed))
+			results[gi] = rueidis.NewErrorResult(fmt.Errorf("no node of slot %d is ready: %w", sl, tier.ErrBypassed))
 			continue
 		}
 		k := batchKey{n, viaPrimary}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // fakeShardTier is a Tier whose slot map has one shard (a primary and one
@@ -109,11 +109,11 @@ func TestRoutingChoices(t *testing.T) {
 
 	start := time.Now()
 	_, _, err := tr.Get(context.Background(), "ns:k")
-	if !errors.Is(err, holdfast.ErrBypassed) || time.Since(start) > 10*time.Millisecond {
+	if !errors.Is(err, tier.ErrBypassed) || time.Since(start) > 10*time.Millisecond {
 		t.Fatalf("Get with no eligible node: %v after %v", err, time.Since(start))
 	}
 	ls, err := tr.GetMany(context.Background(), []string{"ns:a", "ns:b"})
-	if !errors.Is(err, holdfast.ErrBypassed) || !errors.Is(ls[0].Err, holdfast.ErrBypassed) {
+	if !errors.Is(err, tier.ErrBypassed) || !errors.Is(ls[0].Err, tier.ErrBypassed) {
 		t.Fatalf("GetMany with no eligible node: %v %+v", err, ls)
 	}
 	st := tr.Stats()
@@ -121,10 +121,10 @@ func TestRoutingChoices(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// Writes to an ejected primary are bypassed too, without a client.
-	if err := tr.Set(context.Background(), holdfast.Item{Key: "ns:a", Value: []byte("v"), TTL: time.Minute}); !errors.Is(err, holdfast.ErrBypassed) {
+	if err := tr.Set(context.Background(), tier.Item{Key: "ns:a", Value: []byte("v"), TTL: time.Minute}); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("Set to an ejected primary: %v", err)
 	}
-	if err := tr.Delete(context.Background(), "ns:a"); !errors.Is(err, holdfast.ErrBypassed) {
+	if err := tr.Delete(context.Background(), "ns:a"); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("Delete on an ejected primary: %v", err)
 	}
 	if st := tr.Stats(); st.SetBypassed != 1 || st.DelBypassed != 1 {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // scriptCalls runs every script-backed call of the tier on key once and
@@ -21,7 +21,7 @@ func scriptCalls(t *testing.T, ctx context.Context, tr *Tier, key string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := tr.SetIfVersion(ctx, holdfast.Item{Key: key, Value: []byte("a"), TTL: time.Minute}, ver); err != nil || !ok {
+	if ok, err := tr.SetIfVersion(ctx, tier.Item{Key: key, Value: []byte("a"), TTL: time.Minute}, ver); err != nil || !ok {
 		t.Fatalf("SetIfVersion %s: %v, %v", key, ok, err)
 	}
 	if ok, err := tr.Lease(ctx, key, "tok", time.Minute); err != nil || !ok {
@@ -45,7 +45,7 @@ func scriptCalls(t *testing.T, ctx context.Context, tr *Tier, key string) {
 	if v, err := tr.Version(ctx, key); err != nil || v != ver+1 {
 		t.Fatalf("version of %s after Invalidate: %d, %v; want %d", key, v, err, ver+1)
 	}
-	if ok, err := tr.SetSmearedIfVersion(ctx, holdfast.Item{Key: key, Value: []byte("b"), TTL: time.Minute}, ver+1); err != nil || !ok {
+	if ok, err := tr.SetSmearedIfVersion(ctx, tier.Item{Key: key, Value: []byte("b"), TTL: time.Minute}, ver+1); err != nil || !ok {
 		t.Fatalf("SetSmearedIfVersion %s: %v, %v", key, ok, err)
 	}
 }
@@ -176,13 +176,13 @@ func TestScriptTryAgainDuringMigration(t *testing.T) {
 		Cluster: ClusterOptions{PrimaryAfterWrite: -1}})
 	key := "ns:moving"
 	full := "ta:" + key
-	if err := tr.Set(ctx, holdfast.Item{Key: key, Value: []byte("v"), TTL: time.Hour}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: key, Value: []byte("v"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Invalidate(ctx, key); err != nil { // creates the version key
 		t.Fatal(err)
 	}
-	if err := tr.Set(ctx, holdfast.Item{Key: key, Value: []byte("v"), TTL: time.Hour}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: key, Value: []byte("v"), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	ver, err := tr.Version(ctx, key)

@@ -11,10 +11,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// Smearing hot keys in a Cluster (holdfast.Smearer).
+// Smearing hot keys in a Cluster (tier.Smearer).
 //
 // A key lives in one hash slot, so on one primary: a key every process reads
 // thousands of times a second makes that primary (and its replicas) the
@@ -50,7 +50,7 @@ import (
 // still thinks the key hot. Keys that were never smeared have an empty
 // registry, and their Invalidate costs no second round trip.
 
-var _ holdfast.Smearer = (*Tier)(nil)
+var _ tier.Smearer = (*Tier)(nil)
 
 // invalidateCopyScript deletes a copy and raises its version.
 // KEYS: copy, its version. ARGV: the key's new version, version TTL in ms.
@@ -165,7 +165,7 @@ func (t *Tier) copiesOf(full string, previous bool) []string {
 	return keys
 }
 
-// Copies implements holdfast.Smearer: ClusterOptions.HotCopies for a
+// Copies implements tier.Smearer: ClusterOptions.HotCopies for a
 // Cluster with per-node health, else 1 (a single server has one node to
 // read from, and rueidis's own routing gives no slot map to choose copies
 // from).
@@ -180,7 +180,7 @@ func (t *Tier) Copies() int {
 // digits, "#", up to four digits, "}".
 const copyKeyOverhead = 1 + 8 + 1 + 4 + 1
 
-// GetSmeared implements holdfast.Smearer: it reads one of key and its
+// GetSmeared implements tier.Smearer: it reads one of key and its
 // copies, chosen uniformly at random. A copy that misses (not written yet,
 // or deleted) or whose node is ejected is answered by key itself; one that
 // fails or runs out of the read budget is not, so a read never waits for
@@ -199,7 +199,7 @@ func (t *Tier) GetSmeared(ctx context.Context, key string) ([]byte, bool, error)
 	c.gets.add(1)
 	c.copyReads.add(1)
 	v, found, err := t.getFull(ctx, key, copies[i])
-	if found || (err != nil && !errors.Is(err, holdfast.ErrBypassed)) {
+	if found || (err != nil && !errors.Is(err, tier.ErrBypassed)) {
 		return v, found, err
 	}
 	c.copyFallbacks.add(1)
@@ -292,10 +292,10 @@ func (t *Tier) fill(full, copy, value string, ver uint64) {
 	}
 }
 
-// SetSmearedIfVersion implements holdfast.Smearer: one script sets the key
+// SetSmearedIfVersion implements tier.Smearer: one script sets the key
 // and registers its copies if the key's version is still version; then, if
 // it did, the copies are written, each guarded by its own version key.
-func (t *Tier) SetSmearedIfVersion(ctx context.Context, it holdfast.Item, version uint64) (bool, error) {
+func (t *Tier) SetSmearedIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
 	full, err := t.checkItem(it)
 	if err != nil {
 		t.stats.sets.add(1)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // evenSlots splits the slots into n contiguous ranges, as redis-cli
@@ -228,9 +229,9 @@ func TestClusterSmearing(t *testing.T) {
 	_, other := smearCache(t, addrs, holdfast.HotPolicy{Threshold: 20, HalfLife: time.Second})
 	rc := rawClient(t, addrs...)
 
-	warm := make([]holdfast.Item, 300)
+	warm := make([]tier.Item, 300)
 	for i := range warm {
-		warm[i] = holdfast.Item{Key: "warm:" + strconv.Itoa(i), Value: []byte("w"), TTL: time.Minute}
+		warm[i] = tier.Item{Key: "warm:" + strconv.Itoa(i), Value: []byte("w"), TTL: time.Minute}
 	}
 	if err := rtr.Set(ctx, warm...); err != nil {
 		t.Fatal(err)
@@ -332,7 +333,7 @@ func TestClusterSmearing(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertGone(t, rc, full, copies)
-	stored, err := ltr.SetSmearedIfVersion(ctx, holdfast.Item{Key: "product:viral", Value: []byte("stale " + v2), TTL: time.Minute}, ver)
+	stored, err := ltr.SetSmearedIfVersion(ctx, tier.Item{Key: "product:viral", Value: []byte("stale " + v2), TTL: time.Minute}, ver)
 	if err != nil || stored {
 		t.Fatalf("stale set after invalidation: stored %v, err %v", stored, err)
 	}

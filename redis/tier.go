@@ -10,9 +10,10 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// Tier is a holdfast.Tier backed by Redis. It is safe for concurrent use.
+// Tier is a tier.Tier backed by Redis. It is safe for concurrent use.
 type Tier struct {
 	client  rueidis.Client
 	opts    Options
@@ -40,7 +41,7 @@ type Tier struct {
 	wg sync.WaitGroup
 }
 
-var _ holdfast.Tier = (*Tier)(nil)
+var _ tier.Tier = (*Tier)(nil)
 
 // New validates opts, connects to Redis and detects whether it is a Cluster.
 // It returns an error, and never panics, on invalid options or when no

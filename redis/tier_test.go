@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // margin is what a call may take beyond its budget on a noisy 2-core box:
@@ -78,8 +79,8 @@ func TestHitMissAndWrites(t *testing.T) {
 		t.Fatal("standalone server detected as Cluster")
 	}
 
-	if err := tr.Set(ctx, holdfast.Item{Key: "ns:a", Value: []byte("va"), TTL: time.Minute},
-		holdfast.Item{Key: "ns:b", Value: []byte{}, TTL: 1500 * time.Microsecond}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: "ns:a", Value: []byte("va"), TTL: time.Minute},
+		tier.Item{Key: "ns:b", Value: []byte{}, TTL: 1500 * time.Microsecond}); err != nil {
 		t.Fatal(err)
 	}
 	v, found, err := tr.Get(ctx, "ns:a")
@@ -114,7 +115,7 @@ func TestHitMissAndWrites(t *testing.T) {
 	if _, found, err := tr.Get(ctx, "ns:a"); found || err != nil {
 		t.Fatalf("after Delete: found %v, err %v", found, err)
 	}
-	if err := tr.Set(ctx, holdfast.Item{Key: "ns:c", Value: []byte("x")}); err == nil {
+	if err := tr.Set(ctx, tier.Item{Key: "ns:c", Value: []byte("x")}); err == nil {
 		t.Fatal("Set with zero TTL accepted")
 	}
 
@@ -178,11 +179,11 @@ func TestTooLarge(t *testing.T) {
 	sets, gets, mgets := commandCalls(t, srv, "set"), commandCalls(t, srv, "get"), commandCalls(t, srv, "mget")
 
 	long := "ns:" + strings.Repeat("k", 14) // 2 + 17 bytes > 16
-	err := tr.Set(ctx, holdfast.Item{Key: "ns:v", Value: []byte("123456789"), TTL: time.Minute})
+	err := tr.Set(ctx, tier.Item{Key: "ns:v", Value: []byte("123456789"), TTL: time.Minute})
 	if !errors.Is(err, holdfast.ErrTooLarge) {
 		t.Fatalf("oversized value: %v", err)
 	}
-	if err := tr.Set(ctx, holdfast.Item{Key: long, Value: []byte("1"), TTL: time.Minute}); !errors.Is(err, holdfast.ErrTooLarge) {
+	if err := tr.Set(ctx, tier.Item{Key: long, Value: []byte("1"), TTL: time.Minute}); !errors.Is(err, holdfast.ErrTooLarge) {
 		t.Fatalf("oversized key: %v", err)
 	}
 	if _, _, err := tr.Get(ctx, long); !errors.Is(err, holdfast.ErrTooLarge) {
@@ -199,8 +200,8 @@ func TestTooLarge(t *testing.T) {
 		t.Fatal("GET/MGET sent for a refused key")
 	}
 	// One bad item does not stop the others.
-	err = tr.Set(ctx, holdfast.Item{Key: "ns:ok", Value: []byte("1"), TTL: time.Minute},
-		holdfast.Item{Key: "ns:big", Value: []byte("123456789"), TTL: time.Minute})
+	err = tr.Set(ctx, tier.Item{Key: "ns:ok", Value: []byte("1"), TTL: time.Minute},
+		tier.Item{Key: "ns:big", Value: []byte("123456789"), TTL: time.Minute})
 	if !errors.Is(err, holdfast.ErrTooLarge) {
 		t.Fatalf("mixed batch: %v", err)
 	}
@@ -249,7 +250,7 @@ func TestKilled(t *testing.T) {
 	srv := redistest.Standalone(t)
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Breaker: fastBreaker})
 	ctx := ctxT(t, 20*time.Second)
-	if err := tr.Set(ctx, holdfast.Item{Key: "ns:k", Value: []byte("v"), TTL: time.Minute}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: "ns:k", Value: []byte("v"), TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Kill()
@@ -257,7 +258,7 @@ func TestKilled(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		err := timedGet(t, tr, "ns:k", DefaultReadBudget+margin)
 		switch {
-		case errors.Is(err, holdfast.ErrBypassed):
+		case errors.Is(err, tier.ErrBypassed):
 			bypassed++
 		case err != nil:
 			failed++
@@ -269,7 +270,7 @@ func TestKilled(t *testing.T) {
 	if failed < consecutiveFailures || bypassed == 0 || st.BreakerOpens == 0 {
 		t.Fatalf("failed %d, bypassed %d, stats %+v", failed, bypassed, st)
 	}
-	if err := tr.Set(ctx, holdfast.Item{Key: "ns:k", Value: []byte("v"), TTL: time.Minute}); !errors.Is(err, holdfast.ErrBypassed) {
+	if err := tr.Set(ctx, tier.Item{Key: "ns:k", Value: []byte("v"), TTL: time.Minute}); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("Set with open breaker: %v", err)
 	}
 
@@ -287,7 +288,7 @@ func TestFrozen(t *testing.T) {
 	srv := redistest.Standalone(t)
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Breaker: fastBreaker})
 	ctx := ctxT(t, 30*time.Second)
-	if err := tr.Set(ctx, holdfast.Item{Key: "ns:k", Value: []byte("v"), TTL: time.Minute}); err != nil {
+	if err := tr.Set(ctx, tier.Item{Key: "ns:k", Value: []byte("v"), TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Freeze()
@@ -316,7 +317,7 @@ func TestFrozen(t *testing.T) {
 				switch {
 				case err == nil:
 					hits++
-				case errors.Is(err, holdfast.ErrBypassed):
+				case errors.Is(err, tier.ErrBypassed):
 					bypassed++
 				case errors.Is(err, context.DeadlineExceeded):
 					timeouts++
@@ -334,7 +335,7 @@ func TestFrozen(t *testing.T) {
 	}
 	// A write while frozen is bounded by WriteTimeout (or bypassed).
 	start := time.Now()
-	if err := tr.Set(context.Background(), holdfast.Item{Key: "ns:w", Value: []byte("v"), TTL: time.Minute}); err == nil {
+	if err := tr.Set(context.Background(), tier.Item{Key: "ns:w", Value: []byte("v"), TTL: time.Minute}); err == nil {
 		t.Error("Set succeeded against a frozen server")
 	}
 	if d := time.Since(start); d > DefaultWriteTimeout+margin {
@@ -476,21 +477,21 @@ func TestBreakerUsesClock(t *testing.T) {
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Clock: clock})
 	srv.Kill()
 	for i := 0; i < consecutiveFailures; i++ {
-		if _, _, err := tr.Get(context.Background(), "ns:k"); err == nil || errors.Is(err, holdfast.ErrBypassed) {
+		if _, _, err := tr.Get(context.Background(), "ns:k"); err == nil || errors.Is(err, tier.ErrBypassed) {
 			t.Fatalf("Get %d: %v, want a failure", i, err)
 		}
 	}
-	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, holdfast.ErrBypassed) {
+	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("open breaker: %v", err)
 	}
 	advance(breaker.DefaultOpenTimeout)
 	// Half-open: a probe reaches the dead server, fails, and reopens the
 	// breaker with twice the interval.
-	if _, _, err := tr.Get(context.Background(), "ns:k"); err == nil || errors.Is(err, holdfast.ErrBypassed) {
+	if _, _, err := tr.Get(context.Background(), "ns:k"); err == nil || errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("probe: %v, want a failure", err)
 	}
 	advance(breaker.DefaultOpenTimeout)
-	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, holdfast.ErrBypassed) {
+	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("backed-off breaker: %v", err)
 	}
 	if st := tr.Stats(); st.BreakerOpens != 2 || st.BreakerState != BreakerOpen || st.Bypassed != 2 {
@@ -525,7 +526,7 @@ func TestFrozenBudgetWithoutBreaker(t *testing.T) {
 				var err error
 				switch g {
 				case 0:
-					err = tr.Set(context.Background(), holdfast.Item{Key: "ns:w", Value: []byte("v"), TTL: time.Minute})
+					err = tr.Set(context.Background(), tier.Item{Key: "ns:w", Value: []byte("v"), TTL: time.Minute})
 				case 1:
 					_, err = tr.GetMany(context.Background(), []string{"ns:a", "ns:b"})
 				default:

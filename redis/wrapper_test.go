@@ -8,14 +8,15 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // tracingTier is what a user writes to trace the shared tier's calls: it
-// implements holdfast.Tier only, counting the calls it sees. With unwrap
+// implements tier.Tier only, counting the calls it sees. With unwrap
 // set it also has Unwrap, the documented way to pass the wrapped tier's
 // capabilities through.
 type tracingTier struct {
-	holdfast.Tier
+	tier.Tier
 	calls atomic.Int64
 }
 
@@ -26,13 +27,13 @@ func (w *tracingTier) Get(ctx context.Context, key string) ([]byte, bool, error)
 
 type unwrappingTier struct{ *tracingTier }
 
-func (w unwrappingTier) Unwrap() holdfast.Tier { return w.tracingTier.Tier }
+func (w unwrappingTier) Unwrap() tier.Tier { return w.tracingTier.Tier }
 
 // A wrapper that passes capabilities through with Unwrap keeps the
 // stale-set guarantee: the same randomized races, through the wrapper.
 func TestStaleSetRaceThroughAWrapper(t *testing.T) {
 	var w *tracingTier
-	staleSetRace(t, func(inner holdfast.Tier) holdfast.Tier {
+	staleSetRace(t, func(inner tier.Tier) tier.Tier {
 		w = &tracingTier{Tier: inner}
 		return unwrappingTier{w}
 	})

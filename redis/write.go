@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Writes: every command for a slot's primary goes through toPrimaries,
@@ -19,7 +20,7 @@ import (
 // Set writes items with SET key value PX ttl, pipelined. Items that are too
 // large or have no positive TTL are refused (nothing sent for them) and the
 // rest are still written. The returned error joins the per-item errors.
-func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
+func (t *Tier) Set(ctx context.Context, items ...tier.Item) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -53,7 +54,7 @@ func (t *Tier) Set(ctx context.Context, items ...holdfast.Item) error {
 
 // checkItem refuses an item that must not be sent, counting it, and
 // returns its full key otherwise.
-func (t *Tier) checkItem(it holdfast.Item) (string, error) {
+func (t *Tier) checkItem(it tier.Item) (string, error) {
 	c := &t.stats
 	full, err := t.fullKey(it.Key)
 	if err == nil && len(it.Value) > t.opts.MaxValueBytes {
@@ -156,9 +157,9 @@ func (t *Tier) write(ctx context.Context, cmds []command, l labels) error {
 }
 
 // countFailure counts n keys of a command that failed with err: skipped
-// (an error wrapping holdfast.ErrBypassed: nothing was sent) or failed.
+// (an error wrapping tier.ErrBypassed: nothing was sent) or failed.
 func countFailure(err error, failed, skipped *counter, n int) {
-	if errors.Is(err, holdfast.ErrBypassed) {
+	if errors.Is(err, tier.ErrBypassed) {
 		skipped.add(n)
 	} else {
 		failed.add(n)
@@ -173,7 +174,7 @@ func countFailure(err error, failed, skipped *counter, n int) {
 //
 // With per-node health each command is attributed to its slot's primary in
 // the map: a command whose primary is ejected is not sent and fails with an
-// error wrapping holdfast.ErrBypassed; the rest go in one pipeline per
+// error wrapping tier.ErrBypassed; the rest go in one pipeline per
 // primary, concurrently, so that a frozen primary costs the others
 // nothing; and each primary's outcome goes to its health, which counts
 // for the tier's breaker only when the node cannot be ejected. Without it
@@ -265,7 +266,7 @@ func (t *Tier) byPrimary(cmds []command, results []rueidis.RedisResult) []*prima
 	byNode := map[*node]*primaryBatch{}
 	for i, c := range cmds {
 		if skip[i] {
-			results[i] = rueidis.NewErrorResult(fmt.Errorf("primary %s ejected: %w", owners[i].addr, holdfast.ErrBypassed))
+			results[i] = rueidis.NewErrorResult(fmt.Errorf("primary %s ejected: %w", owners[i].addr, tier.ErrBypassed))
 			continue
 		}
 		b := byNode[owners[i]]

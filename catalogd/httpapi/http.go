@@ -21,7 +21,7 @@
 // Hot.TTL, and never past the value's soft time. Another instance's load
 // that read the old row before the write cannot put it into Redis after the
 // invalidation: holdfast writes with the key's version read before the load,
-// and the invalidation bumped it (holdfast.Coordinator). The bounds below
+// and the invalidation bumped it (tier.Coordinator). The bounds below
 // are for the defaults (DefaultPolicies; catalogd's -hot-ttl 10 s with
 // -redis).
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/inmem"
+	"github.com/holdfast-dev/holdfast/tier"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -34,7 +35,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func newInmemTier() *inmem.Tier { return inmem.New(nil) }
 
 type setup struct {
-	shared   holdfast.Tier
+	shared   tier.Tier
 	maxLoads int
 	checks   []httpapi.Check
 	policies func(*httpapi.Policies) // adjusts testPolicies
@@ -621,16 +622,16 @@ func TestPprof(t *testing.T) {
 // invalidation. holdfast's versioned write refuses it, and the next read
 // loads the new row.
 func TestRacingLoadIsRefused(t *testing.T) {
-	tier := newInmemTier()
-	e := newEnv(t, setup{shared: tier})
+	shared := newInmemTier()
+	e := newEnv(t, setup{shared: shared})
 	e.get("/v1/products/1")
 	ctx := context.Background()
-	old, found, err := tier.Get(ctx, "product:1")
+	old, found, err := shared.Get(ctx, "product:1")
 	if err != nil || !found {
-		t.Fatalf("product:1 not in the shared tier: %v", err)
+		t.Fatalf("product:1 not in the shared shared: %v", err)
 	}
 	// The racing instance reads the key's version, then the old row ...
-	version, err := tier.Version(ctx, "product:1")
+	version, err := shared.Version(ctx, "product:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,7 +640,7 @@ func TestRacingLoadIsRefused(t *testing.T) {
 		t.Fatalf("PUT %d %s", rec.Code, rec.Body)
 	}
 	// ... and writes it after the update's invalidation.
-	stored, err := tier.SetIfVersion(ctx, holdfast.Item{Key: "product:1", Value: old, TTL: time.Hour}, version)
+	stored, err := shared.SetIfVersion(ctx, tier.Item{Key: "product:1", Value: old, TTL: time.Hour}, version)
 	if err != nil || stored {
 		t.Fatalf("the racing instance's stale write was stored (%v, %v)", stored, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // newSharedTier builds holdfast's Redis tier over addrs. It is set by
@@ -17,7 +18,7 @@ import (
 // holdfast mode reports the tier missing rather than run without it, which
 // would measure a different system.
 // Its stats function feeds the table's extra figures.
-var newSharedTier func(ctx context.Context, addrs []string) (holdfast.Tier, func() map[string]float64, error)
+var newSharedTier func(ctx context.Context, addrs []string) (tier.Tier, func() map[string]float64, error)
 
 // NewHoldfast builds the holdfast mode: a holdfast.Cache with one namespace
 // over the Redis tier, loading from cfg.Load. Its settings are the library's
@@ -47,7 +48,7 @@ func NewHoldfast(ctx context.Context, cfg ReaderConfig) (Reader, error) {
 type holdfastReader struct {
 	c    *holdfast.Cache
 	ns   *holdfast.Namespace
-	tier holdfast.Tier // owned: the Cache does not close its shared tier
+	tier tier.Tier // owned: the Cache does not close its shared tier
 	load holdfast.Loader
 
 	tierStats func() map[string]float64 // nil when the tier has none
@@ -55,7 +56,7 @@ type holdfastReader struct {
 
 var _ Reader = (*holdfastReader)(nil)
 
-func newHoldfastReader(cfg ReaderConfig, tier holdfast.Tier) (*holdfastReader, error) {
+func newHoldfastReader(cfg ReaderConfig, tier tier.Tier) (*holdfastReader, error) {
 	limit := cfg.LoadCap
 	if limit <= 0 {
 		limit = 1000 // an uncapped source: the limiter must not be what is measured

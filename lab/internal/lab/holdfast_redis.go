@@ -3,14 +3,14 @@ package lab
 import (
 	"context"
 
-	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/redis"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // The holdfast mode's shared tier: package redis with its defaults (50 ms
 // read budget, 100 ms write timeout, breaker on), as a user would run it.
 func init() {
-	newSharedTier = func(ctx context.Context, addrs []string) (holdfast.Tier, func() map[string]float64, error) {
+	newSharedTier = func(ctx context.Context, addrs []string) (tier.Tier, func() map[string]float64, error) {
 		t, err := redis.New(redis.Options{Addrs: addrs})
 		if err != nil {
 			return nil, nil, err

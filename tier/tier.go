@@ -1,7 +1,18 @@
-package holdfast
+// Package tier is what a shared tier implements for holdfast, as
+// database/sql/driver is what a database driver implements for database/sql:
+// the Tier interface and its optional capabilities (Coordinator, Smearer,
+// HotSharer), the types they exchange, and the envelope every tier stores.
+// An application uses package holdfast and passes a tier (package redis, or
+// inmem for tests) as holdfast.Options.Shared; it never needs this package.
+//
+// The Cache probes a tier's optional interfaces once, at holdfast.New, also
+// through a wrapping tier's Unwrap() Tier method (see holdfast.Capabilities),
+// and refuses a policy that needs a capability the tier lacks.
+package tier
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -63,7 +74,7 @@ type Item struct {
 //     value read from the database before an invalidation never lands in the
 //     shared tier after it. (Facebook's memcache leases, NSDI 2013, solve the
 //     same race with tokens.)
-//   - Leases coalesce loads across processes, per key (Policy.Lease).
+//   - Leases coalesce loads across processes, per key (holdfast.Policy.Lease).
 type Coordinator interface {
 	Tier
 	// Version returns key's invalidation version: 0 until the key is first
@@ -85,7 +96,7 @@ type Coordinator interface {
 // over several nodes by keeping copies of it (in Redis Cluster a
 // key lives on one node, and one viral product saturates that node). The
 // Cache uses the smeared calls for the keys its detector reports hot
-// (Policy.Hot) and the plain ones for every other key.
+// (holdfast.Policy.Hot) and the plain ones for every other key.
 //
 // The copies are guarded like the key itself: a copy is written only if no
 // invalidation of the key has begun since version was read, and Invalidate
@@ -108,12 +119,17 @@ type Smearer interface {
 	SetSmearedIfVersion(ctx context.Context, item Item, version uint64) (bool, error)
 }
 
+// ErrBypassed is returned by a Tier that skipped a call because it knows the
+// call would fail (an open breaker, an ejected node). The Cache counts it as
+// a bypass, not as a tier error.
+var ErrBypassed = errors.New("holdfast: tier bypassed")
+
 // HotSharer is implemented by shared tiers through which processes share
-// the keys they find hot (Policy.Hot.Share), so that every instance keeps
+// the keys they find hot (holdfast.Policy.Hot.Share), so that every instance keeps
 // the same keys in memory and smears the same ones, including instances
 // that have not seen enough reads of a key yet (a new instance, or one the
 // load balancer sends less traffic). The Cache calls it once per
-// Options.HotShareInterval per sharing namespace: a low, bounded rate.
+// holdfast.Options.HotShareInterval per sharing namespace: a low, bounded rate.
 type HotSharer interface {
 	// ShareHot publishes keys as hot in set for ttl, and returns the keys
 	// any process published in set that are still current, at most limit,

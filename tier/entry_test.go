@@ -1,4 +1,4 @@
-package holdfast
+package tier
 
 import (
 	"bytes"
