@@ -179,6 +179,10 @@ func TestClusterRestartedReplicaCaughtUp(t *testing.T) {
 	restarted := time.Now()
 	var readyAfter []time.Duration
 	atReady, after := before, before
+	// On a saturated machine the replica can fall more than catchUpWait
+	// behind under this stream and sit out rounds: what must hold is that
+	// it takes reads again after some restart.
+	servedAgain := 0
 	for range 5 {
 		heavyStop := make(chan struct{})
 		var hw sync.WaitGroup
@@ -222,8 +226,8 @@ func TestClusterRestartedReplicaCaughtUp(t *testing.T) {
 		close(heavyStop)
 		hw.Wait()
 		after = nodeStat(reader, replica.Addr)
-		if after.Reads == atReady.Reads {
-			t.Error("the replica took no reads once ready again: the test proves nothing")
+		if after.Reads > atReady.Reads {
+			servedAgain++
 		}
 		if err := cl.WaitHealthy(ctx); err != nil {
 			t.Fatal(err)
@@ -250,8 +254,11 @@ func TestClusterRestartedReplicaCaughtUp(t *testing.T) {
 		}
 	}
 	t.Logf("%d versions and %d SET+ZUNIONSTOREs written; %d reads from the first restart on, %d errors or misses; replica ready again %v after each restart, "+
-		"reads on it %d before, %d after the last; stale reads (older than the version acknowledged %v before the read began): %d, worst %v %s",
-		len(log.acked), heavy.Load(), afterRestart, errs.Load(), readyAfter, before.Reads, after.Reads-atReady.Reads, liveLinkLag, stale, worst, example)
+		"reads on it %d before, %d after the last, restarts after which it took reads %d; stale reads (older than the version acknowledged %v before the read began): %d, worst %v %s",
+		len(log.acked), heavy.Load(), afterRestart, errs.Load(), readyAfter, before.Reads, after.Reads-atReady.Reads, servedAgain, liveLinkLag, stale, worst, example)
+	if servedAgain == 0 {
+		t.Error("the replica took no reads once ready again, after any restart: the test proves nothing")
+	}
 	if stale != 0 {
 		t.Errorf("%d reads answered with a version older than the primary's: the restarted replica took reads before it had caught up", stale)
 	}
