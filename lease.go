@@ -101,7 +101,7 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 			return
 		}
 		m, status := n.sharedGet(ctx, j.key)
-		now := n.now()
+		now := n.exactNow()
 		switch {
 		case status == tierDown && ctx.Err() != nil:
 			giveUp() // the wait ran out during the read
@@ -137,7 +137,7 @@ func (n *Namespace) serveHeldCurrent(f *flight, key string, ver version) {
 	if n.lkg == nil || !ver.known {
 		return
 	}
-	now := n.now()
+	now := n.exactNow()
 	m := n.lkg.Get(key, now)
 	if m == nil || m.negative || m.ver != ver.v+1 || now >= m.hard {
 		return

@@ -190,7 +190,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		f.publish(res, rerr)
 		return out, nil
 	}
-	now := n.now()
+	now := n.exactNow()
 	n.putLocal(key, &m, now)
 	f.publish(res, rerr)
 	if n.c.opts.Shared == nil {
@@ -289,7 +289,7 @@ func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Re
 // had: the shared tier's fallback or last-known-good, within its hard time
 // (stale-while-revalidate) or its stale-if-error window.
 func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) {
-	now := n.now()
+	now := n.exactNow()
 	best := fallback
 	if n.lkg != nil {
 		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {

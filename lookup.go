@@ -20,7 +20,7 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 		n.lookupOne(ctx, js[0])
 		return
 	}
-	now := n.now()
+	now := n.exactNow()
 	toRead := js[:0:0]
 	for _, j := range js {
 		if out, ok := n.recheckHot(j.key, now, j.refreshOf); ok {
@@ -43,7 +43,7 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	}
 	// The shared tier may have taken up to its read budget (two, for a
 	// smeared copy that missed): judge the answers by the time now.
-	now = n.now()
+	now = n.exactNow()
 	for i, j := range toRead {
 		j.status = statuses[i]
 		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
@@ -53,7 +53,7 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 // lookupOne is lookup for one job, the common case (every Get), without
 // the batch's slices.
 func (n *Namespace) lookupOne(ctx context.Context, j *job) {
-	now := n.now()
+	now := n.exactNow()
 	if out, ok := n.recheckHot(j.key, now, j.refreshOf); ok {
 		j.out, j.done = out, true
 		return
@@ -62,7 +62,7 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	j.status = tierNone
 	if n.c.opts.Shared != nil {
 		m, j.status = n.sharedGet(ctx, j.key)
-		now = n.now() // see lookup
+		now = n.exactNow() // see lookup
 	}
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
 }

@@ -104,7 +104,15 @@ func (n *Namespace) Stats() Stats {
 	return s
 }
 
+// now is the time for the hot path (the coarse clock's word: see clock.go).
 func (n *Namespace) now() int64 { return n.c.now() }
+
+// exactNow is the time for the decisions of the miss path — is a value read
+// from the shared tier or last-known-good fresh, stale or past hard — read
+// from the clock itself: those paths cost microseconds anyway, and the
+// coarse word can fall behind when a busy machine does not run its goroutine
+// (values were judged fresh 150 ms past their soft time under load).
+func (n *Namespace) exactNow() int64 { return n.c.clock.Now().UnixNano() }
 
 func (n *Namespace) checkKey(key string) error {
 	if len(key) > n.p.MaxKeyBytes {

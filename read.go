@@ -253,7 +253,7 @@ func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result
 	// A stale value handed out while its refresh runs is past its hard time
 	// for a reader arriving late: that reader waits for the refresh, the one
 	// synchronous load allowed past hard.
-	if out.res.Source == SourceStale && n.now() >= out.res.hard {
+	if out.res.Source == SourceStale && n.exactNow() >= out.res.hard {
 		select {
 		case <-f.finished:
 			out = f.finalOut
