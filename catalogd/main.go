@@ -13,10 +13,10 @@
 // database, in that order.
 //
 // This file only wires: the service is package
-// github.com/holdfast-dev/holdfast/catalogd/httpapi, the stores are packages
-// sqlite and postgres. Run from the repository root, the go.work there
-// resolves the holdfast modules this one requires; the replace directives
-// in go.mod do the same when this module is built on its own.
+// github.com/holdfast-dev/holdfast/catalogd/httpapi, the store (SQLite or
+// PostgreSQL) is package sqlstore. Run from the repository root, the go.work
+// there resolves the holdfast modules this one requires; the replace
+// directives in go.mod do the same when this module is built on its own.
 package main
 
 import (
@@ -36,8 +36,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
-	"github.com/holdfast-dev/holdfast/catalogd/postgres"
-	"github.com/holdfast-dev/holdfast/catalogd/sqlite"
+	"github.com/holdfast-dev/holdfast/catalogd/sqlstore"
 	"github.com/holdfast-dev/holdfast/holdfastprom"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/holdfast-dev/holdfast/tier"
@@ -198,23 +197,22 @@ func (m *Main) Run(ctx context.Context) error {
 	c := m.Config
 	log := m.Logger
 	start := time.Now()
-	var err error
+	// One store over either database: -postgres-dsn picks PostgreSQL,
+	// else the SQLite file under -data-dir.
+	dialect, source, name := sqlstore.SQLite, filepath.Join(c.DataDir, sqlstore.FileName), "SQLite"
 	if c.PostgresDSN != "" {
-		db, err := postgres.Open(ctx, c.PostgresDSN, nil)
-		if err != nil {
-			return err
-		}
-		m.store = db
-		log.Info("database: PostgreSQL", "took", time.Since(start).Round(time.Millisecond))
-	} else {
-		path := filepath.Join(c.DataDir, "catalog.db")
-		db, err := sqlite.Open(ctx, path, nil)
-		if err != nil {
-			return err
-		}
-		m.store = db
-		log.Info("database: SQLite", "path", path, "took", time.Since(start).Round(time.Millisecond))
+		dialect, source, name = sqlstore.PostgreSQL, c.PostgresDSN, "PostgreSQL"
 	}
+	db, err := sqlstore.Open(ctx, dialect, source, nil)
+	if err != nil {
+		return err
+	}
+	m.store = db
+	attrs := []any{"took", time.Since(start).Round(time.Millisecond)}
+	if dialect == sqlstore.SQLite {
+		attrs = append([]any{"path", source}, attrs...) // a DSN may hold a password
+	}
+	log.Info("database: "+name, attrs...)
 
 	hotTTL := c.HotTTL
 	var shared tier.Tier

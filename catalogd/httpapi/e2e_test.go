@@ -16,7 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/catalogd/internal/pgtest"
-	"github.com/holdfast-dev/holdfast/catalogd/postgres"
+	"github.com/holdfast-dev/holdfast/catalogd/sqlstore"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +34,7 @@ const e2eHotTTL = 300 * time.Millisecond
 func instance(t *testing.T, dsn string, addrs []string) string {
 	t.Helper()
 	ctx := context.Background()
-	db, err := postgres.Open(ctx, dsn, nil)
+	db, err := sqlstore.Open(ctx, sqlstore.PostgreSQL, dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
-	"github.com/holdfast-dev/holdfast/catalogd/sqlite"
+	"github.com/holdfast-dev/holdfast/catalogd/sqlstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,7 +21,7 @@ import (
 func realServer(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "catalog.db"), nil)
+	db, err := sqlstore.Open(ctx, sqlstore.SQLite, filepath.Join(t.TempDir(), sqlstore.FileName), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

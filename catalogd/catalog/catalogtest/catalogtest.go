@@ -4,7 +4,7 @@
 //
 //	func TestStore(t *testing.T) {
 //		catalogtest.Run(t, func(t *testing.T) catalog.Store {
-//			db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "catalog.db"), nil)
+//			db, err := sqlstore.Open(t.Context(), sqlstore.SQLite, filepath.Join(t.TempDir(), sqlstore.FileName), nil)
 //			if err != nil {
 //				t.Fatal(err)
 //			}
