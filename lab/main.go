@@ -1,9 +1,10 @@
-// Command lab (holdfast-lab in its messages) re-runs the seeds' experiments
-// against real processes: it starts redis-server itself, drives an
-// open-model load through each mode (naive cache-aside, the seeds' "before",
-// then holdfast) and writes a JSON report, a markdown table and an SVG chart
-// per scenario. From the repository root (the go.work there resolves this
-// module's holdfast requirements):
+// Command lab (holdfast-lab in its messages) re-runs the experiments behind
+// holdfast's design (stampedes, Redis outages, hot keys, resyncing replicas)
+// against real processes: it starts redis-server itself, drives an open-model
+// load through each mode (naive cache-aside, the "before" most services start
+// from, then holdfast) and writes a JSON report, a markdown table and an SVG
+// chart per scenario. From the repository root (the go.work there resolves
+// this module's holdfast requirements):
 //
 //	go run ./lab -list
 //	go run ./lab -scenario redis-freeze -out lab-out

@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// autocomplete is seed 001's stock search: users type names, the client
-// debounces keystrokes (a prefix is searched only once the user paused for
-// the debounce time, or finished), each search is cache-aside over a 15 ms
-// database search (the seed's DB mean was 15.43 ms), and Redis stops in the
-// middle of the run. Typing sessions arrive as a Poisson process; the
-// schedule is fixed in advance from a seed, so it is still an open model.
+// autocomplete is a stock-search autocomplete as a production service ran it:
+// users type names, the client debounces keystrokes (a prefix is searched
+// only once the user paused for the debounce time, or finished), each search
+// is cache-aside over a 15 ms database search (that service's database search
+// averaged 15.43 ms), and Redis stops in the middle of the run. Typing
+// sessions arrive as a Poisson process; the schedule is fixed in advance from
+// a seed, so it is still an open model.
 func autocomplete(o Options) Plan {
 	const (
 		sessionsPerSec = 12.0
@@ -63,9 +64,10 @@ func autocomplete(o Options) Plan {
 		Window:   w,
 		Source:   SourceConfig{Latency: search, Cap: baseCap},
 		Reader:   ReaderConfig{TTL: ttl, StaleIfError: 10 * time.Minute, Timeout: 100 * time.Millisecond},
-		// Frozen, not killed: seed 001's requests each "waited for get and
-		// set to fail", which is what an unresponsive Redis does; a killed
-		// one on loopback refuses connections at once and hides that cost.
+		// Frozen, not killed: with Redis down, that service's requests each
+		// "waited for get and set to fail", which is what an unresponsive
+		// Redis does; a killed one on loopback refuses connections at once
+		// and hides that cost.
 		Faults: []Fault{
 			{At: w[0], Name: "freeze", Do: func(_ context.Context, f *Fixture) error { return f.Redis.Freeze() }},
 			{At: w[1], Name: "thaw", Do: func(_ context.Context, f *Fixture) error { return f.Redis.Thaw() }},
@@ -87,7 +89,7 @@ func autocomplete(o Options) Plan {
 		"holdfast_config":    holdfastConfig,
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: t.RunMode,
-		Figure: "Redis-down window: p95, p99, errors (seed 001 with a 100 ms timeout and a breaker: p95 1.81 s, p99 30.78 s)"}
+		Figure: "Redis-down window: p95, p99, errors (the production service, with a 100 ms timeout and a breaker: p95 1.81 s, p99 30.78 s)"}
 }
 
 // stockNames returns n distinct made-up names over a small alphabet, so that

@@ -8,13 +8,13 @@ import (
 
 // The hot-key scenarios run on a real Cluster (3 primaries + 3 replicas):
 // a key lives on one primary, so a key everyone reads makes that primary
-// the cluster's bottleneck (seed 004), and a process's memory is the one
-// place that takes the load off Redis altogether (seed 002: a local cache of
-// hot keys took ~35% of normal traffic, up to 70% in spikes).
+// the cluster's bottleneck, and a process's memory is the one place that
+// takes the load off Redis altogether (in a production deployment, a local
+// cache of hot keys took ~35% of normal traffic, up to 70% in spikes).
 //
-//   - hot-key: issue 6's spike. 2,000 requests a second for 20 s, 80% of
-//     them on one key and the rest uniform over 10,000 keys. Figures: the
-//     hot tier's share of every read (≥ 0.70) and the Redis commands per
+//   - hot-key: a viral product's spike. 2,000 requests a second for 20 s,
+//     80% of them on one key and the rest uniform over 10,000 keys. Figures:
+//     the hot tier's share of every read (≥ 0.70) and the Redis commands per
 //     primary, max over mean (≤ 1.25), beside the naive client's.
 //   - hot-key-smear: the same spike with holdfast's hot tier off, so every
 //     read reaches Redis: what smearing alone does to the primaries.
@@ -46,9 +46,9 @@ func hotSpike(smearOnly bool) func(o Options) Plan {
 		p := hotParams(d, len(sched), smearOnly)
 		p["hot_key"], p["hot_key_share"], p["keys"] = hot, hotShare, hotKeyCount
 		p["fault"] = "spike: hot_key_share of the requests on hot_key for the whole run, the rest uniform over keys"
-		figure := "hot_tier_share ≥ 0.70 and node_ops_max_over_mean ≤ 1.25 over the primaries (issue 6), beside the naive client's"
+		figure := "hot_tier_share ≥ 0.70 and node_ops_max_over_mean ≤ 1.25 over the primaries, beside the naive client's"
 		if smearOnly {
-			figure = "node_ops_max_over_mean over the primaries with the hot tier off: smearing alone (issue 6)"
+			figure = "node_ops_max_over_mean over the primaries with the hot tier off: smearing alone"
 		}
 		return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode, Figure: figure}
 	}
@@ -64,7 +64,7 @@ func hotZipf(o Options) Plan {
 	p["keys"], p["zipf_s"] = zipfKeys, zipfS
 	p["fault"] = "none: Zipf popularity over keys for the whole run"
 	return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode,
-		Figure: "hot_tier_share ≥ 0.35 with hot_tier_key_share ≤ 0.01 (issue 6; seed 002: ~35% of normal traffic)"}
+		Figure: "hot_tier_share ≥ 0.35 with hot_tier_key_share ≤ 0.01 (a production local cache of hot keys took ~35% of normal traffic)"}
 }
 
 // hotTraffic runs sched on a Cluster and adds the hot-key figures. keys is

@@ -10,7 +10,7 @@ import (
 // An open-model load generator: requests start at times fixed in advance,
 // whatever earlier requests are doing, like k6's constant-arrival-rate
 // executor. A closed model (N workers in a loop) would slow down exactly when
-// the system under test slows down, and hide the tail the seeds measured.
+// the system under test slows down, and hide the tail a real outage shows.
 
 // Request is one scheduled call: its start offset from the run's start and
 // the key it reads.

@@ -89,9 +89,9 @@ func Markdown(rep *Report) string {
 		sort.Strings(names)
 		for _, k := range names {
 			// Counters that stayed zero in every mode say nothing here;
-			// they are still in the JSON. The figures the issues ask for
-			// are shown even at zero (0 unready reads is the result).
-			zero := !issueFigures[k]
+			// they are still in the JSON. The target figures are shown
+			// even at zero (0 unready reads is the result).
+			zero := !targetFigures[k]
 			for _, m := range rep.Modes {
 				zero = zero && m.Extra[k] == 0
 			}
@@ -149,8 +149,8 @@ type IndexEntry struct {
 	Report  *Report  // the results, when Ran
 }
 
-// headlineExtras are the scenario figures index.md repeats: the ones the
-// issues ask for, and the loads that show coalescing.
+// headlineExtras are the scenario figures index.md repeats: the scenarios'
+// target figures, and the loads that show coalescing.
 var headlineExtras = []string{
 	"first_ejection_ms", "healthy_keys_p99_ratio", "unready_replica_reads",
 	"hot_tier_share", "hot_tier_keys", "hot_tier_key_share", "node_ops_max_over_mean", "violations", "cold_key_loads",
@@ -226,11 +226,11 @@ func ReadReport(r io.Reader) (*Report, error) {
 	return &rep, nil
 }
 
-// issueFigures are the extra figures named by the issues (issue 8's list):
-// the table shows them even when they are zero in every mode.
-var issueFigures = map[string]bool{
+// targetFigures are the extra figures the scenarios are judged by: the
+// table shows them even when they are zero in every mode.
+var targetFigures = map[string]bool{
 	"first_ejection_ms": true, "healthy_keys_p99_ratio": true, "unready_replica_reads": true,
 	"hot_tier_share": true, "hot_tier_key_share": true, "node_ops_max_over_mean": true, "violations": true,
-	// Issue 5's cross-check of unready_replica_reads, from the server.
+	// replica-resync's cross-check of unready_replica_reads, from the server.
 	"unready_replica_server_reads": true,
 }

@@ -55,7 +55,7 @@ func sortedKeys(m map[string]any) []string {
 	return k
 }
 
-// The JSON is the schema of issue 8, exactly, and reads back unchanged.
+// The JSON is the lab's output schema, exactly, and reads back unchanged.
 func TestReportJSONSchema(t *testing.T) {
 	rep := sampleReport()
 	js, err := json.Marshal(rep)

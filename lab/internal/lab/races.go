@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// hitDuringLoad is seed 000's finding about Spring's locking cache writer:
+// hitDuringLoad measures a flaw of Spring's locking Redis cache writer:
 // one lock per cache name, so a hit waited 923–948 ms behind another key's
 // 1 s load. Here hits on ten warm keys run at 200 req/s while, in the middle
 // third, a new cold key whose load takes 1 s is read every second, so a slow
@@ -47,7 +47,7 @@ func hitDuringLoad(o Options) Plan {
 		"holdfast_config":    holdfastConfig,
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: t.RunMode,
-		Figure: "window p99 of the hits while 1 s loads of other keys run (seed 000's locking writer: 923–948 ms); slow reads in aside_*"}
+		Figure: "window p99 of the hits while 1 s loads of other keys run (Spring's locking writer: 923–948 ms); slow reads in aside_*"}
 }
 
 // staleSetRace is cache-aside's classic race: a load reads version n, a

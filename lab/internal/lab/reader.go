@@ -47,8 +47,9 @@ type ReaderConfig struct {
 	// per-node health, which a hot tier holding every key would hide. The
 	// naive mode has no hot tier either way.
 	HotDisabled bool
-	// Timeout is the naive mode's per-command Redis timeout (the seed's
-	// 100 ms) and holdfast's read budget. Zero means 100 ms.
+	// Timeout is the naive mode's per-command Redis timeout (100 ms, as a
+	// production autocomplete service set it) and holdfast's read budget.
+	// Zero means 100 ms.
 	Timeout time.Duration
 }
 

@@ -29,7 +29,7 @@ const (
 	// stale-while-revalidate or stale-if-error answer). It is not an error.
 	Stale
 	// Rejected is a request refused by a load limit (the source's cap or
-	// holdfast's limiter): the seed's immediate 503.
+	// holdfast's limiter): a product service's immediate 503.
 	Rejected
 	// Failed is any other error, including requests the load generator
 	// dropped because too many were already in flight.
@@ -37,7 +37,7 @@ const (
 )
 
 // Stats are the figures of one mode, overall or for the fault window only. The
-// JSON names are the lab's output schema (issue 8); times in milliseconds.
+// JSON names are the lab's output schema; times in milliseconds.
 type Stats struct {
 	Requests    int64   `json:"requests"`
 	Errors      int64   `json:"errors"`

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Report is one scenario's result; its JSON is the lab's output schema
-// (issue 8): {"scenario","params","modes":[...]}.
+// Report is one scenario's result; its JSON is the lab's output schema:
+// {"scenario","params","modes":[...]}.
 type Report struct {
 	Scenario string         `json:"scenario"`
 	Params   map[string]any `json:"params"`
@@ -17,7 +17,7 @@ type Report struct {
 
 	// Not in the JSON: what the chart and the table need besides it.
 	Summary  string           `json:"-"`
-	Figure   string           `json:"-"` // the figure the scenario's issue asks for
+	Figure   string           `json:"-"` // the figure the scenario is run to show
 	Duration time.Duration    `json:"-"` // the time axis
 	Window   [2]time.Duration `json:"-"`
 	Missing  []string         `json:"-"` // "mode: part" for each mode that could not run

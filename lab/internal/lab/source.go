@@ -24,12 +24,12 @@ var (
 type SourceConfig struct {
 	// Latency of one load. Zero means none.
 	Latency time.Duration
-	// Cap bounds concurrent loads, like the seed's per-pod semaphore in front
-	// of MySQL. Zero means no cap.
+	// Cap bounds concurrent loads, like a product service's per-pod semaphore
+	// in front of MySQL. Zero means no cap.
 	Cap int
 	// QueueWait is how long a load may wait for a free slot before it is
-	// rejected; zero means it is rejected at once (the seed's semaphore had
-	// no queue: a rejected request got a 503 immediately).
+	// rejected; zero means it is rejected at once (that semaphore had no
+	// queue: a rejected request got a 503 immediately).
 	QueueWait time.Duration
 	// ValueSize is the size of the values returned. Zero means 512 bytes.
 	ValueSize int
