@@ -1,14 +1,14 @@
 package redis_test
 
-// The issue's figures, measured with real redis-server processes: an open
-// model load (constant arrival rate, each request its own goroutine) on
+// The Redis-outage figures, measured with real redis-server processes: an
+// open-model load (constant arrival rate, each request its own goroutine) on
 // holdfast over the Redis tier and, in the same test at the same time, on a
 // naive cache-aside over rueidis, while Redis is frozen (SIGSTOP) or killed.
 //
 // By default the tests run a scaled-down version (3 s outage, hard TTL
 // 1.5 s so that every value still expires twice during it, wide margins for
 // a loaded 2-core machine under the race detector). The full version — 10 s
-// outage, hard TTL 5 s and the issue's exact bounds — runs with
+// outage, hard TTL 5 s and the exact target bounds — runs with
 //
 //	go test -run 'TestFigure' -v ./redis -holdfast.full
 //	HOLDFAST_FULL=1 go test -run 'TestFigure' -v ./redis
@@ -39,7 +39,7 @@ import (
 	"github.com/holdfast-dev/holdfast/redis"
 )
 
-var fullFigures = flag.Bool("holdfast.full", false, "run the figure tests at full size (10 s outages, issue bounds); HOLDFAST_FULL=1 does the same")
+var fullFigures = flag.Bool("holdfast.full", false, "run the figure tests at full size (10 s outages, target bounds); HOLDFAST_FULL=1 does the same")
 
 // figureConfig is one size of the figure tests.
 type figureConfig struct {
@@ -57,17 +57,17 @@ type figureConfig struct {
 	frozenP50, frozenP99, killedP99 time.Duration
 }
 
-// The issue's setting: 200 req/s over 100 keys, a 12 ms loader capped at 10
-// concurrent loads, a 10 s outage. The policy is seed 000's stock: hard TTL
-// 5 s, no stale-while-revalidate window (SoftTTL = TTL, so the loader bound
-// keys × (1 + outage/TTL) is exact: a key is loaded once per hard TTL), and
-// StaleIfError 30 s: it is what gives the namespace its last-known-good
-// store (none without it), whose values are served until their hard time
-// while Redis is down — so an outage costs one load per key per TTL, not
-// one per read — and past it whenever a load is rejected by the limiter or
-// fails. 30 s covers the outage with room; stock shown on a page is a hint
-// (orders reserve in the database), so half a minute of staleness during
-// an outage is acceptable where an error page is not.
+// The setting: 200 req/s over 100 keys, a 12 ms loader capped at 10
+// concurrent loads, a 10 s outage. The policy is a product service's stock:
+// hard TTL 5 s, no stale-while-revalidate window (SoftTTL = TTL, so the
+// loader bound keys × (1 + outage/TTL) is exact: a key is loaded once per
+// hard TTL), and StaleIfError 30 s: it is what gives the namespace its
+// last-known-good store (none without it), whose values are served until
+// their hard time while Redis is down — so an outage costs one load per key
+// per TTL, not one per read — and past it whenever a load is rejected by the
+// limiter or fails. 30 s covers the outage with room; stock shown on a page
+// is a hint (orders reserve in the database), so half a minute of staleness
+// during an outage is acceptable where an error page is not.
 var fullFigure = figureConfig{
 	rate: 200, keys: 100, loadCost: 12 * time.Millisecond, loadCap: 10, valueSize: 512,
 	warm: 3 * time.Second, outage: 10 * time.Second, after: 3 * time.Second,
@@ -214,13 +214,14 @@ func newHoldfastSystem(t *testing.T, name string, cfg figureConfig, hot holdfast
 	}
 }
 
-// naiveTimeout is seed 001's command timeout for the naive cache-aside.
+// naiveTimeout is the naive cache-aside's command timeout, the 100 ms a
+// production autocomplete service adopted after a Redis outage.
 const naiveTimeout = 100 * time.Millisecond
 
-// newNaiveSystem is cache-aside as seed 001 first had it, over rueidis with
-// its default options (client-side caching off): GET with a 100 ms timeout;
-// on a miss or any error, the loader; then SET with a 100 ms timeout, its
-// error ignored. No breaker, no coalescing, no local copy.
+// newNaiveSystem is cache-aside as that autocomplete service had it, over
+// rueidis with its default options (client-side caching off): GET with a
+// 100 ms timeout; on a miss or any error, the loader; then SET with a 100 ms
+// timeout, its error ignored. No breaker, no coalescing, no local copy.
 func newNaiveSystem(t *testing.T, cfg figureConfig) *figureSystem {
 	srv := redistest.Standalone(t)
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
@@ -475,7 +476,7 @@ func figureTest(t *testing.T, scenario string, fail, heal func(*redistest.Server
 }
 
 // TestFigureRedisFrozen: Redis SIGSTOPped for the outage, then SIGCONTed.
-// Issue bound (full run): holdfast in the frozen window p50 ≤ 2 ms,
+// Target (full run): holdfast in the frozen window p50 ≤ 2 ms,
 // p99 ≤ 60 ms, 0 errors; loader calls ≤ keys × (1 + outage/TTL).
 func TestFigureRedisFrozen(t *testing.T) {
 	cfg, _ := figure()
@@ -483,7 +484,7 @@ func TestFigureRedisFrozen(t *testing.T) {
 }
 
 // TestFigureRedisKilled: Redis SIGKILLed for the outage, then restarted
-// empty. Issue bound (full run): p99 ≤ 20 ms, 0 errors; loader calls ≤
+// empty. Target (full run): p99 ≤ 20 ms, 0 errors; loader calls ≤
 // keys × (1 + outage/TTL). (The p50 bound is the frozen one.)
 func TestFigureRedisKilled(t *testing.T) {
 	cfg, _ := figure()
