@@ -678,12 +678,12 @@ func TestClusterPrimaryKilled(t *testing.T) {
 // after about SilentConnTimeout (1 s), not 5 s, because the watchdog closes
 // the silent connection and rueidis fails its pending requests at once.
 // Ejection is kept out of the way, and rueidis's own idle PING
-// (ConnTimeout) is set to 10 s, so the watchdog alone is measured.
+// (PingTimeout) is set to 10 s, so the watchdog alone is measured.
 func TestClusterWatchdog(t *testing.T) {
 	skipShort(t)
 	cl := redistest.Cluster(t)
 	ctx := ctxT(t, 60*time.Second)
-	tr := newTier(t, Options{Addrs: cl.Addrs(), ReadBudget: 5 * time.Second, ConnTimeout: 10 * time.Second,
+	tr := newTier(t, Options{Addrs: cl.Addrs(), ReadBudget: 5 * time.Second, PingTimeout: 10 * time.Second,
 		Cluster: ClusterOptions{ConsecutiveFailures: 1000, MinRequests: 1000}})
 	if err := tr.Set(ctx, tier.Item{Key: "ns:w", Value: []byte("v"), TTL: time.Minute}); err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 func (t *Tier) settle(gen uint64, o breaker.Outcome) {
 	t.br.Done(gen, o)
 	if o == breaker.Success && t.suspect.Load() &&
-		time.Duration(t.opts.Clock().UnixNano()-t.lastBad.Load()) > suspectFor {
+		time.Duration(t.opts.Clock.Now().UnixNano()-t.lastBad.Load()) > suspectFor {
 		t.suspect.Store(false)
 	}
 }

@@ -128,7 +128,7 @@ func newNodeSet(t *Tier) (*nodeSet, error) {
 	s := &nodeSet{
 		t:       t,
 		o:       o,
-		clock:   t.opts.Clock,
+		clock:   t.opts.Clock.Now,
 		tick:    min(50*time.Millisecond, o.SilentConnTimeout/10),
 		nodes:   make(map[string]*node),
 		retired: make(map[string]retiredNode),
@@ -190,7 +190,7 @@ func (s *nodeSet) nodeClient(n *node, readonly bool) rueidis.Client {
 		Username:          o.Username,
 		Password:          o.Password,
 		TLSConfig:         o.TLS,
-		ConnWriteTimeout:  o.ConnTimeout,
+		ConnWriteTimeout:  o.PingTimeout,
 		DisableCache:      true,
 		DisableRetry:      true,
 		AlwaysPipelining:  true,

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // Options configures a Tier. The zero value of every field but Addrs means
@@ -51,25 +53,29 @@ type Options struct {
 	// by ReadBudget. Default 1 s.
 	DialTimeout time.Duration
 
-	// ConnTimeout is rueidis's ConnWriteTimeout: every second a
+	// PingTimeout is how long a PING may go unanswered before its
+	// connection is closed (rueidis's ConnWriteTimeout): every second a
 	// connection that received nothing since the previous second is sent
-	// a PING, and closed when the PING gets no answer within ConnTimeout.
+	// a PING.
 	// It frees a connection to a frozen server so the next call reconnects
 	// instead of queueing behind it, two to three seconds after the
 	// freeze. In a Cluster, node connections also have the watchdog of
 	// ClusterOptions.SilentConnTimeout, which closes them one second after
 	// a request went unanswered. Default 1 s (rueidis's default is 10 s).
-	ConnTimeout time.Duration
+	PingTimeout time.Duration
 
 	// MaxKeyBytes is the largest key accepted, KeyPrefix included. A longer
 	// key is refused with an error wrapping holdfast.ErrTooLarge and nothing
 	// is sent. Default 1 KiB.
 	MaxKeyBytes int
 
-	// MaxValueBytes is the largest value Set accepts; a larger one is
-	// refused with an error wrapping holdfast.ErrTooLarge and nothing is
-	// sent. Default 1 MiB.
-	MaxValueBytes int
+	// MaxStoredBytes is the largest value Set accepts, as stored: the
+	// Cache's envelope adds tier.HeaderSize bytes to every value, so the
+	// default, 1 MiB + tier.HeaderSize, takes exactly the values that the
+	// Cache's default Policy.MaxStoredBytes (1 MiB) lets it cache. A larger
+	// one is refused with an error wrapping holdfast.ErrTooLarge and nothing
+	// is sent.
+	MaxStoredBytes int
 
 	// Breaker configures the tier's circuit breaker.
 	Breaker BreakerOptions
@@ -78,35 +84,19 @@ type Options struct {
 	// when the server is a Redis Cluster. See ClusterOptions.
 	Cluster ClusterOptions
 
-	// Clock is the breaker's clock. Default time.Now; tests inject a fake.
-	Clock func() time.Time
+	// Clock tells the time to the breaker and the per-node health, as
+	// holdfast.Options.Clock does to the Cache. Default: the system clock;
+	// tests inject a fake.
+	Clock holdfast.Clock
 }
 
-// BreakerOptions configures the breaker in front of Redis. The zero value
-// means the defaults. While the breaker is open, every call skips Redis and
-// returns an error wrapping tier.ErrBypassed.
-type BreakerOptions struct {
-	// ConsecutiveFailures opens the breaker after this many failed calls in
-	// a row. Default 5.
-	ConsecutiveFailures int
-	// FailureRate opens the breaker when at least this share of the calls
-	// in Window failed, once Window holds MinCalls calls. Default 0.5.
-	FailureRate float64
-	// MinCalls is the number of calls in Window below which FailureRate does
-	// not apply. Default 20.
-	MinCalls int
-	// Window is the rolling window for FailureRate. Default 10 s.
-	Window time.Duration
-	// OpenTimeout is how long the breaker stays open before letting probes
-	// through; it doubles each time a probe fails, up to MaxOpenTimeout, and
-	// resets when the breaker closes. Default 1 s.
-	OpenTimeout time.Duration
-	// MaxOpenTimeout caps OpenTimeout's backoff. Default 30 s.
-	MaxOpenTimeout time.Duration
-	// Probes is how many calls a half-open breaker lets through, and how
-	// many successes close it. Default 3.
-	Probes int
-}
+// BreakerOptions configures the breaker in front of Redis: the breaker's
+// own settings, not a copy of them. The zero value means the defaults
+// (ConsecutiveFailures 5; FailureRate 0.5 once the 10 s Window holds
+// MinRequests 20 calls; OpenTimeout 1 s doubling up to MaxOpenTimeout 30 s;
+// Probes 3). While the breaker is open, every call skips Redis and returns an
+// error wrapping tier.ErrBypassed.
+type BreakerOptions = breaker.Settings
 
 // ClusterOptions configures per-node health in Cluster mode: per-node
 // ejection with probes, the silent-connection watchdog, replica readiness
@@ -261,14 +251,19 @@ func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
 	return c, nil
 }
 
+// systemClock is the default Clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
 // Defaults of Options.
 const (
-	DefaultReadBudget    = 50 * time.Millisecond
-	DefaultWriteTimeout  = 100 * time.Millisecond
-	DefaultDialTimeout   = time.Second
-	DefaultConnTimeout   = time.Second
-	DefaultMaxKeyBytes   = 1 << 10
-	DefaultMaxValueBytes = 1 << 20
+	DefaultReadBudget     = 50 * time.Millisecond
+	DefaultWriteTimeout   = 100 * time.Millisecond
+	DefaultDialTimeout    = time.Second
+	DefaultPingTimeout    = time.Second
+	DefaultMaxKeyBytes    = 1 << 10
+	DefaultMaxStoredBytes = 1<<20 + tier.HeaderSize
 )
 
 // withDefaults validates o and returns a copy with the defaults filled in.
@@ -282,8 +277,8 @@ func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
 		}
 	}
 	o.Addrs = append([]string(nil), o.Addrs...)
-	if o.ReadBudget < 0 || o.WriteTimeout < 0 || o.DialTimeout < 0 || o.ConnTimeout < 0 ||
-		o.MaxKeyBytes < 0 || o.MaxValueBytes < 0 {
+	if o.ReadBudget < 0 || o.WriteTimeout < 0 || o.DialTimeout < 0 || o.PingTimeout < 0 ||
+		o.MaxKeyBytes < 0 || o.MaxStoredBytes < 0 {
 		return o, breaker.Settings{}, errors.New("redis tier: negative option")
 	}
 	if o.ReadBudget == 0 {
@@ -295,14 +290,14 @@ func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
 	if o.DialTimeout == 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
-	if o.ConnTimeout == 0 {
-		o.ConnTimeout = DefaultConnTimeout
+	if o.PingTimeout == 0 {
+		o.PingTimeout = DefaultPingTimeout
 	}
 	if o.MaxKeyBytes == 0 {
 		o.MaxKeyBytes = DefaultMaxKeyBytes
 	}
-	if o.MaxValueBytes == 0 {
-		o.MaxValueBytes = DefaultMaxValueBytes
+	if o.MaxStoredBytes == 0 {
+		o.MaxStoredBytes = DefaultMaxStoredBytes
 	}
 	if len(o.KeyPrefix) >= o.MaxKeyBytes {
 		return o, breaker.Settings{}, fmt.Errorf("redis tier: KeyPrefix is %d bytes, MaxKeyBytes %d", len(o.KeyPrefix), o.MaxKeyBytes)
@@ -312,19 +307,10 @@ func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
 		return o, breaker.Settings{}, fmt.Errorf("redis tier: KeyPrefix %q contains a hash tag brace", o.KeyPrefix)
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = systemClock{}
 	}
 	if o.Cluster, err = o.Cluster.withDefaults(); err != nil {
 		return o, breaker.Settings{}, err
 	}
-	b := o.Breaker
-	return o, breaker.Settings{
-		ConsecutiveFailures: b.ConsecutiveFailures,
-		FailureRate:         b.FailureRate,
-		MinCalls:            b.MinCalls,
-		Window:              b.Window,
-		OpenTimeout:         b.OpenTimeout,
-		MaxOpenTimeout:      b.MaxOpenTimeout,
-		Probes:              b.Probes,
-	}, nil
+	return o, o.Breaker, nil
 }

@@ -631,7 +631,7 @@ func TestReadPathCorruptBytes(t *testing.T) {
 
 // TestReadPathOversizedRefused: a loaded value over the namespace's
 // MaxValueBytes is returned to its caller but cached nowhere (not written to
-// Redis: EXISTS is 0); one over the tier's MaxValueBytes but within the
+// Redis: EXISTS is 0); one over the tier's MaxStoredBytes but within the
 // namespace's is cached in process and refused by the tier, nothing sent.
 // Neither is an error for the reader.
 func TestReadPathOversizedRefused(t *testing.T) {
@@ -639,7 +639,7 @@ func TestReadPathOversizedRefused(t *testing.T) {
 	p.Hot.Disabled = false // so the tier-refused value is still cached in process
 	p.Hot.Keys = holdfast.HotAll
 	p.MaxValueBytes = 4 << 10
-	rp := newReadPath(t, redis.Options{MaxValueBytes: 1 << 10}, holdfast.Options{}, p)
+	rp := newReadPath(t, redis.Options{MaxStoredBytes: 1 << 10}, holdfast.Options{}, p)
 	sizes := map[string]int{"small": 100, "tier-big": 2 << 10, "ns-big": 8 << 10}
 	var loads sync.Map
 	l := holdfast.LoaderFunc(func(_ context.Context, key string) ([]byte, error) {

@@ -139,7 +139,7 @@ func (t *Tier) goOwned(f func()) bool {
 // recently, or the tier's breaker is not closed. A bad node's reads are
 // guarded; reads of healthy nodes keep the direct path.
 func (t *Tier) nodeGuarded(n *node) bool {
-	return n.suspect(t.opts.Clock) || t.br.State() != breaker.Closed
+	return n.suspect(t.opts.Clock.Now) || t.br.State() != breaker.Closed
 }
 
 // isRedirect reports a MOVED or ASK reply, or TRYAGAIN (a multi-key
@@ -207,7 +207,7 @@ func (t *Tier) nodeOutcome(ctx context.Context, n *node, err error) breaker.Outc
 // markSuspect makes writes (which go through rueidis's routing) run under
 // guard for a while after any failure.
 func (t *Tier) markSuspect() {
-	t.lastBad.Store(t.opts.Clock().UnixNano())
+	t.lastBad.Store(t.opts.Clock.Now().UnixNano())
 	t.suspect.Store(true)
 }
 

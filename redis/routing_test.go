@@ -23,7 +23,7 @@ func fakeShardTier(t *testing.T) (*Tier, *node, *node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br, err := breaker.New(bs, o.Clock)
+	br, err := breaker.New(bs, o.Clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type Stats struct {
 	Deletes      uint64 // keys deleted
 	DeleteErrors uint64 // failed deletes
 	DelBypassed  uint64 // deletes skipped by the open breaker
-	TooLarge     uint64 // keys or values refused by MaxKeyBytes/MaxValueBytes
+	TooLarge     uint64 // keys or values refused by MaxKeyBytes/MaxStoredBytes
 
 	CopyReads     uint64 // reads of hot keys sent to a copy on another primary (smear.go); also in Gets
 	CopyFallbacks uint64 // copy reads that missed, or found the copy's node ejected, and read the key itself

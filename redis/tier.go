@@ -51,7 +51,7 @@ func New(opts Options) (*Tier, error) {
 	if err != nil {
 		return nil, err
 	}
-	br, err := breaker.New(bs, o.Clock)
+	br, err := breaker.New(bs, o.Clock.Now)
 	if err != nil {
 		return nil, fmt.Errorf("redis tier: %w", err)
 	}
@@ -60,7 +60,7 @@ func New(opts Options) (*Tier, error) {
 		Username:         o.Username,
 		Password:         o.Password,
 		TLSConfig:        o.TLS,
-		ConnWriteTimeout: o.ConnTimeout,
+		ConnWriteTimeout: o.PingTimeout,
 		DisableCache:     true,
 		DisableRetry:     true,
 		// Without it, a lone call runs synchronously on the connection with
@@ -68,7 +68,7 @@ func New(opts Options) (*Tier, error) {
 		// not seen until the budget runs out, and every budget timeout
 		// closes the connection. Pipelined, a call waits on a channel and
 		// leaves at ctx.Done (budget or cancellation) while the connection
-		// stays up; a silent connection is closed by ConnTimeout's PINGs.
+		// stays up; a silent connection is closed by PingTimeout's PINGs.
 		AlwaysPipelining: true,
 	}
 	co.Dialer.Timeout = o.DialTimeout

@@ -174,7 +174,7 @@ const consecutiveFailures = breaker.DefaultConsecutiveFailures
 // never reach Redis.
 func TestTooLarge(t *testing.T) {
 	srv := redistest.Standalone(t)
-	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, KeyPrefix: "p:", MaxKeyBytes: 16, MaxValueBytes: 8})
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, KeyPrefix: "p:", MaxKeyBytes: 16, MaxStoredBytes: 8})
 	ctx := ctxT(t, 10*time.Second)
 	sets, gets, mgets := commandCalls(t, srv, "set"), commandCalls(t, srv, "get"), commandCalls(t, srv, "mget")
 
@@ -293,7 +293,7 @@ func TestFrozen(t *testing.T) {
 	}
 	srv.Freeze()
 	// 8 readers for 1.5 s: through the first timeouts, the open breaker,
-	// failed probes with backoff, and the ConnTimeout closing the silent
+	// failed probes with backoff, and the PingTimeout closing the silent
 	// connection (1 s) followed by reconnects to the frozen server.
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -472,7 +472,7 @@ func TestBreakerUsesClock(t *testing.T) {
 	srv := redistest.Standalone(t)
 	var mu sync.Mutex
 	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clock := clockFunc(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Clock: clock})
 	srv.Kill()
@@ -501,12 +501,12 @@ func TestBreakerUsesClock(t *testing.T) {
 
 // TestFrozenBudgetWithoutBreaker: with the breaker kept closed, every read
 // reaches the frozen server for 2.5 s, across rueidis closing the silent
-// connections (ConnTimeout) and redialling a server that accepts and never
+// connections (PingTimeout) and redialling a server that accepts and never
 // answers the handshake, with writes in the mix. The budget alone must
 // bound every read, and WriteTimeout every write.
 func TestFrozenBudgetWithoutBreaker(t *testing.T) {
 	srv := redistest.Standalone(t)
-	never := BreakerOptions{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}
+	never := BreakerOptions{ConsecutiveFailures: 1 << 30, MinRequests: 1 << 30}
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Breaker: never})
 	for i := 0; i < 100; i++ { // open every pooled connection first
 		_, _, _ = tr.Get(context.Background(), "ns:k")
@@ -558,4 +558,25 @@ func TestFrozenBudgetWithoutBreaker(t *testing.T) {
 		t.Fatalf("stats = %+v", st)
 	}
 	srv.Thaw()
+}
+
+// clockFunc is a function as a holdfast.Clock.
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
+
+// The defaults agree: the largest value the Cache caches by default
+// (Policy.MaxValueBytes, 1 MiB) is stored in its envelope, tier.HeaderSize
+// bytes more, and one byte more is refused.
+func TestDefaultStoredBytesTakeTheDefaultValue(t *testing.T) {
+	srv := redistest.Standalone(t)
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
+	ctx := context.Background()
+	fits := make([]byte, holdfast.DefaultMaxValueBytes+tier.HeaderSize)
+	if err := tr.Set(ctx, tier.Item{Key: "ns:fits", Value: fits, TTL: time.Minute}); err != nil {
+		t.Fatalf("a default-size value in its envelope was refused: %v", err)
+	}
+	if err := tr.Set(ctx, tier.Item{Key: "ns:over", Value: append(fits, 0), TTL: time.Minute}); !errors.Is(err, holdfast.ErrTooLarge) {
+		t.Fatalf("one byte more: err = %v, want ErrTooLarge", err)
+	}
 }

@@ -14,7 +14,7 @@ import (
 // The silent-connection watchdog: a connection with a request outstanding
 // and nothing received for 1 s is closed.
 //
-// rueidis already has ConnWriteTimeout (Options.ConnTimeout): a timer per
+// rueidis already has ConnWriteTimeout (Options.PingTimeout): a timer per
 // connection fires every Dialer.KeepAlive (1 s); if nothing was received
 // since the previous firing it sends a PING and closes the connection when
 // the PING gets no answer within ConnWriteTimeout. On a connection that

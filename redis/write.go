@@ -57,8 +57,8 @@ func (t *Tier) Set(ctx context.Context, items ...tier.Item) error {
 func (t *Tier) checkItem(it tier.Item) (string, error) {
 	c := &t.stats
 	full, err := t.fullKey(it.Key)
-	if err == nil && len(it.Value) > t.opts.MaxValueBytes {
-		err = fmt.Errorf("value of %d bytes over MaxValueBytes %d: %w", len(it.Value), t.opts.MaxValueBytes, holdfast.ErrTooLarge)
+	if err == nil && len(it.Value) > t.opts.MaxStoredBytes {
+		err = fmt.Errorf("value of %d bytes over MaxStoredBytes %d: %w", len(it.Value), t.opts.MaxStoredBytes, holdfast.ErrTooLarge)
 	}
 	if errors.Is(err, holdfast.ErrTooLarge) {
 		c.tooLarge.add(1)

@@ -71,12 +71,12 @@ type Settings struct {
 	// row while closed. Default 5.
 	ConsecutiveFailures int
 	// FailureRate opens the breaker when at least this share of the calls
-	// in Window failed, once Window holds at least MinCalls calls. Default
+	// in Window failed, once Window holds at least MinRequests calls. Default
 	// 0.5.
 	FailureRate float64
-	// MinCalls is the number of calls Window must hold before FailureRate
+	// MinRequests is the number of calls Window must hold before FailureRate
 	// applies, so that 1 failure out of 1 call does not open it. Default 20.
-	MinCalls int
+	MinRequests int
 	// Window is the length of the rolling window for FailureRate. It is
 	// kept as 10 buckets of Window/10. Default 10 s.
 	Window time.Duration
@@ -95,7 +95,7 @@ type Settings struct {
 const (
 	DefaultConsecutiveFailures = 5
 	DefaultFailureRate         = 0.5
-	DefaultMinCalls            = 20
+	DefaultMinRequests            = 20
 	DefaultWindow              = 10 * time.Second
 	DefaultOpenTimeout         = time.Second
 	DefaultMaxOpenTimeout      = 30 * time.Second
@@ -106,7 +106,7 @@ const buckets = 10
 
 // withDefaults validates s and fills in the defaults.
 func (s Settings) withDefaults() (Settings, error) {
-	if s.ConsecutiveFailures < 0 || s.MinCalls < 0 || s.Probes < 0 ||
+	if s.ConsecutiveFailures < 0 || s.MinRequests < 0 || s.Probes < 0 ||
 		s.Window < 0 || s.OpenTimeout < 0 || s.MaxOpenTimeout < 0 {
 		return s, errors.New("breaker: negative setting")
 	}
@@ -119,8 +119,8 @@ func (s Settings) withDefaults() (Settings, error) {
 	if s.FailureRate == 0 {
 		s.FailureRate = DefaultFailureRate
 	}
-	if s.MinCalls == 0 {
-		s.MinCalls = DefaultMinCalls
+	if s.MinRequests == 0 {
+		s.MinRequests = DefaultMinRequests
 	}
 	if s.Window == 0 {
 		s.Window = DefaultWindow
@@ -208,7 +208,7 @@ func (c *core) done(gen uint64, o Outcome, now time.Time) {
 			c.consecutive++
 			calls, failures := c.record(now, true)
 			if c.consecutive >= c.s.ConsecutiveFailures ||
-				(calls >= c.s.MinCalls && float64(failures) >= c.s.FailureRate*float64(calls)) {
+				(calls >= c.s.MinRequests && float64(failures) >= c.s.FailureRate*float64(calls)) {
 				c.openFor = c.s.OpenTimeout
 				c.setState(Open, now)
 			}

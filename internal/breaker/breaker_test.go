@@ -61,9 +61,9 @@ func TestConsecutiveFailuresOpen(t *testing.T) {
 func TestFailureRateOpens(t *testing.T) {
 	c := newFake()
 	b := mustNew(t, Settings{}, c)
-	// Alternate: never two failures in a row, 50% rate. Below MinCalls the
+	// Alternate: never two failures in a row, 50% rate. Below MinRequests the
 	// rate does not apply.
-	for i := 0; i < DefaultMinCalls-1; i++ {
+	for i := 0; i < DefaultMinRequests-1; i++ {
 		call(b, Outcome(i%2)) // Success, Failure, ...
 		c.add(100 * time.Millisecond)
 	}
