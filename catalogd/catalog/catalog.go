@@ -4,11 +4,11 @@
 //
 // The read methods (Product, Stock, Products, Search) are what catalogd puts
 // behind holdfast; the write methods (UpdateProduct, Reserve) go straight to
-// the database. Reserve is the seed's order path: it takes stock with
-// optimistic locking on the stock row's version — read the row, write it back
-// only if the version is unchanged, retry a bounded number of times — so the
-// stock figure a cache shows is only a hint and the database alone decides
-// whether an order gets its units.
+// the database. Reserve is the order path as a real product service runs it:
+// it takes stock with optimistic locking on the stock row's version — read
+// the row, write it back only if the version is unchanged, retry a bounded
+// number of times — so the stock figure a cache shows is only a hint and the
+// database alone decides whether an order gets its units.
 //
 // The package imports nothing outside the standard library, so the HTTP
 // service, the stores and their tests can share it without pulling in a

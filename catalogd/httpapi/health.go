@@ -32,8 +32,9 @@ type readyBody struct {
 // readyz is readiness: 200 when the database answers a query, else 503 so
 // that a load balancer stops sending traffic. The other checks (Redis) are
 // reported in the body but are not required: without Redis catalogd serves
-// from its in-process tiers and the database (seed 002 keeps readiness
-// separate from liveness for the same reason).
+// from its in-process tiers and the database (production cache clusters keep
+// readiness separate from liveness for the same reason: a node that is alive
+// is not necessarily fit to take traffic).
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	body := readyBody{Status: "ready", Checks: map[string]checkResult{}}
 	checks := append([]Check{{Name: "database", Required: true, Func: h.store.Ping}}, h.checks...)

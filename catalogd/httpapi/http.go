@@ -110,17 +110,17 @@ type Policies struct {
 	Search  holdfast.Policy
 }
 
-// DefaultPolicies returns the seed's policies (seed 000): product info 30
-// min with a 30 min stale-if-error window; stock 5 s, refreshed in the
-// background after 3 s, stale-if-error 5 s; list pages 10 min with a 10 min
-// window. Search results follow the list pages' windows, with a shorter TTL
-// because a new or renamed product should reach autocomplete soon. Every
-// namespace shares its hot keys with the other instances through Redis
-// (Hot.Share), so that a product going viral is kept in every instance's
-// memory, and smeared, as soon as one of them sees it. NewHandler turns
-// Hot.Share off when the Cache's shared tier cannot exchange hot keys (no
-// Redis): holdfast refuses such a policy, and each instance then finds its
-// hot keys on its own.
+// DefaultPolicies returns the policies of the product service catalogd is
+// modelled on: product info 30 min with a 30 min stale-if-error window;
+// stock 5 s, refreshed in the background after 3 s, stale-if-error 5 s; list
+// pages 10 min with a 10 min window. Search results follow the list pages'
+// windows, with a shorter TTL because a new or renamed product should reach
+// autocomplete soon. Every namespace shares its hot keys with the other
+// instances through Redis (Hot.Share), so that a product going viral is kept
+// in every instance's memory, and smeared, as soon as one of them sees it.
+// NewHandler turns Hot.Share off when the Cache's shared tier cannot exchange
+// hot keys (no Redis): holdfast refuses such a policy, and each instance then
+// finds its hot keys on its own.
 func DefaultPolicies() Policies {
 	share := holdfast.HotPolicy{Share: true}
 	return Policies{

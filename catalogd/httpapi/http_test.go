@@ -651,11 +651,12 @@ func TestRacingLoadIsRefused(t *testing.T) {
 	}
 }
 
-// TestRejectedRefreshServesStale is seed 000's stock case without Redis:
-// the load limit (1) is taken by another key's slow load when a stock value
-// passes its soft time; the refresh is rejected, and the old value is served
-// until its hard time instead of a 503. Past the hard time, within the
-// stale-if-error window, it is still served, marked so.
+// TestRejectedRefreshServesStale is the stock case of a product service whose
+// stock entries (TTL 5 s) expired together while misses fought for one load
+// slot, here without Redis: the load limit (1) is taken by another key's slow
+// load when a stock value passes its soft time; the refresh is rejected, and
+// the old value is served until its hard time instead of a 503. Past the hard
+// time, within the stale-if-error window, it is still served, marked so.
 func TestRejectedRefreshServesStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The slow load must outlast the test's 6 s.

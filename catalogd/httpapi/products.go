@@ -86,8 +86,8 @@ func byID[T any](get func(context.Context, int64) (T, error)) holdfast.Loader {
 // getProduct serves GET /v1/products/{id}: product info and stock, each read
 // through its namespace, spliced into {"product":…,"stock":…} without
 // decoding either. The two reads are sequential, not concurrent: on a cold
-// key each may need a load slot, and with a small load limit (seed 000's 1)
-// a concurrent pair would reject itself.
+// key each may need a load slot, and with a small load limit (a product
+// service ran with 1 per pod) a concurrent pair would reject itself.
 //
 // Cache-Status has one member per part, told apart by key="product:<id>" and
 // key="stock:<id>"; Age is the age of the older part.
@@ -267,7 +267,7 @@ type reserveRequest struct {
 // reserve serves POST /v1/products/{id}/reserve: it takes stock in the
 // database with optimistic locking (catalog.Store.Reserve) and never through
 // the cache — the cached stock is a hint for pages, and only the database
-// decides whether an order gets its units (seed 000). Afterwards the stock
+// decides whether an order gets its units. Afterwards the stock
 // key is invalidated, also when the reservation failed for lack of stock,
 // because then the cached figure was evidently too high. It answers with
 // the stock after the reservation.
