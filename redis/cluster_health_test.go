@@ -23,8 +23,8 @@ import (
 )
 
 // Real-process tests of per-node health on a 3 primaries + 3 replicas
-// Cluster. The default run is scaled down to stay well under a minute in
-// all; HOLDFAST_FULL=1 runs the sizes (10 s phases, 200,000 keys).
+// Cluster. The default run is scaled down to stay well under a minute in all;
+// HOLDFAST_FULL=1 runs the full target sizes (10 s phases, 200,000 keys).
 
 func fullRun() bool { return os.Getenv("HOLDFAST_FULL") == "1" }
 

@@ -44,7 +44,8 @@ type Options struct {
 	ReadBudget time.Duration
 
 	// WriteTimeout bounds how long a Set or Delete waits on Redis. Default
-	// 100 ms (seed 001's command timeout).
+	// 100 ms (the command timeout a production autocomplete service adopted
+	// after a Redis outage).
 	WriteTimeout time.Duration
 
 	// DialTimeout bounds connecting and the connection handshake (HELLO,
@@ -172,7 +173,8 @@ type ClusterOptions struct {
 	// included, each on a different primary (so at most one per primary):
 	// the Cache reads hot keys from one copy at random and writes all of
 	// them (smear.go; the Cache decides which keys are hot, Policy.Hot).
-	// 1 turns smearing off. Default 5 (seed 004).
+	// 1 turns smearing off. Default 5, the copy count a production
+	// hot-key smearing scheme used.
 	HotCopies int
 	// HotCopyTTL is how long a copy lives when it is filled from its key
 	// after a read found the copy missing (a key that turned hot after it

@@ -365,12 +365,13 @@ func TestReadPathFrozenMidLoad(t *testing.T) {
 	rp.srv.Thaw()
 }
 
-// TestReadPathFailDuringPut is seed 000's double-load case: Redis fails
-// between the loader's return and the SET of its value (the loader itself
-// freezes or kills the server just before returning). 16 concurrent readers
-// of the key get the value, the loader runs exactly once, and the readers
-// do not wait for the SET: they are answered while it is still pending on
-// the frozen server. Later reads of the key do not load again.
+// TestReadPathFailDuringPut is the double-load case of Spring's cache, whose
+// loader ran twice for one request when Redis failed during the put: Redis
+// fails between the loader's return and the SET of its value (the loader
+// itself freezes or kills the server just before returning). 16 concurrent
+// readers of the key get the value, the loader runs exactly once, and the
+// readers do not wait for the SET: they are answered while it is still
+// pending on the frozen server. Later reads of the key do not load again.
 func TestReadPathFailDuringPut(t *testing.T) {
 	for _, tc := range []struct {
 		name string
