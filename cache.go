@@ -271,18 +271,6 @@ func (c *Cache) SetRecorder(r Recorder) error {
 	return nil
 }
 
-// detach returns a context with ctx's values that only Close cancels: loads
-// run for every reader of a key, so none of them may cancel it, yet a trace
-// id or tenant in the first reader's context should reach the loader.
-func (c *Cache) detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	d, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(c.ctx, cancel)
-	return d, func() {
-		stop()
-		cancel()
-	}
-}
-
 // goOwned runs fn on a goroutine that Close waits for. It reports false, and
 // does not run fn, once the cache is closing.
 func (c *Cache) goOwned(fn func()) bool {

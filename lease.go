@@ -99,6 +99,8 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 		case <-ctx.Done():
 			giveUp()
 			return
+		case <-n.c.ctx.Done():
+			return // closing: the load that follows answers ErrClosed
 		}
 		m, status := n.sharedGet(ctx, j.key)
 		now := n.exactNow()

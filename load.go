@@ -11,42 +11,69 @@ import (
 
 // load is the stage for jobs whose lookup found no usable value: each key's
 // version and lease (concurrently when there are many), then one loader
-// call for the keys still without an answer, and the stores. ctx is
-// detached from the callers (their values, not their cancellation) and
-// cancelled by Close.
+// call for the keys still without an answer, and the stores. ctx has the
+// first reader's values but not its cancellation (the load is every
+// reader's); waits and the loader's own context end at Close.
 //
 // Keys whose lease another process holds wait for its value while the
 // other keys load: a batch never holds a lease while it waits for one, or
 // two processes whose batches share keys could each wait for the other.
-func (n *Namespace) load(ctx context.Context, js []*job, load keysLoader) {
-	each(js, func(j *job) {
-		j.ver = n.readVersion(ctx, j.key, j.status)
-		if n.p.Lease.Enabled && n.coord != nil && j.status == tierMiss && !j.f.published {
-			j.waiting = n.takeLease(ctx, j)
-		}
-	})
-	ready, held := js[:0:0], js[:0:0]
+func (n *Namespace) load(ctx context.Context, js []*job, src source) {
+	if len(js) == 1 {
+		n.prepare(ctx, js[0])
+	} else {
+		each(js, func(j *job) { n.prepare(ctx, j) })
+	}
+	var held []*job
 	for _, j := range js {
 		if j.waiting {
 			held = append(held, j)
-		} else {
-			ready = append(ready, j)
 		}
 	}
 	if len(held) == 0 {
-		n.loadNow(ctx, ready, load)
+		n.loadNow(ctx, js, src)
 		return
+	}
+	ready := make([]*job, 0, len(js)-len(held))
+	for _, j := range js {
+		if !j.waiting {
+			ready = append(ready, j)
+		}
 	}
 	var waits sync.WaitGroup
 	waits.Go(func() { each(held, func(j *job) { n.waitLease(ctx, j) }) })
-	n.loadNow(ctx, ready, load)
+	n.loadNow(ctx, ready, src)
 	waits.Wait()
-	n.loadNow(ctx, held, load)
+	n.loadNow(ctx, held, src)
+}
+
+// prepare reads j's version, before the source is read, and takes its lease
+// or finds another process holding it.
+func (n *Namespace) prepare(ctx context.Context, j *job) {
+	j.ver = n.readVersion(ctx, j.key, j.status)
+	if n.p.Lease.Enabled && n.coord != nil && j.status == tierMiss && !j.f.published {
+		j.waiting = n.takeLease(ctx, j)
+	}
+}
+
+// servedInBackoff answers j with a stale value, without a load, when the
+// loader failed for its key moments ago: one failing call per key per
+// LoadErrorBackoff, not one per read, while a stale value may be served.
+func (n *Namespace) servedInBackoff(j *job) bool {
+	if n.backoff == nil || n.backoff.Get(j.key, n.now()) == nil {
+		return false
+	}
+	res, ok := n.stale(j.f, j.key, j.fallback)
+	if ok {
+		n.ctr.inc(evErrorBackoff)
+		j.out, j.done = outcome{res, nil}, true
+	}
+	return ok
 }
 
 // loadNow loads the jobs not done yet: the load-error backoff, the
 // limiter, one loader call, the stores; then it releases their leases.
-func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
+func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	defer func() {
 		for _, j := range js {
 			if j.lease != nil {
@@ -54,24 +81,19 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
 			}
 		}
 	}()
-	toLoad := js[:0:0]
+	toLoad := js // until a job turns out to need no load
+	filtered := false
 	refresh := true
-	for _, j := range js {
-		if j.done {
+	for i, j := range js {
+		if j.done || n.servedInBackoff(j) {
+			if !filtered {
+				toLoad, filtered = append(make([]*job, 0, len(js)), js[:i]...), true
+			}
 			continue
 		}
-		// The loader failed for this key moments ago: while a stale value
-		// may be served, serve it rather than send the source another
-		// request it will most likely fail too (one failing call per key
-		// per backoff, not one per read).
-		if n.backoff != nil && n.backoff.Get(j.key, n.now()) != nil {
-			if res, ok := n.stale(j.f, j.key, j.fallback); ok {
-				n.ctr.inc(evErrorBackoff)
-				j.out, j.done = outcome{res, nil}, true
-				continue
-			}
+		if filtered {
+			toLoad = append(toLoad, j)
 		}
-		toLoad = append(toLoad, j)
 		refresh = refresh && (j.f.published || j.refreshOf != 0)
 	}
 	if len(toLoad) == 0 {
@@ -90,10 +112,13 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
 		keys[i] = j.key
 	}
 	n.ctr.add(evLoad, uint64(len(toLoad)))
+	// ctx has the first reader's values but no cancellation; Close cancels
+	// the loader's context too.
 	lctx, cancel := context.WithTimeout(ctx, n.p.LoadTimeout)
 	defer cancel()
+	defer context.AfterFunc(n.c.ctx, cancel)()
 	start := n.c.clock.Now()
-	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return load(ctx, keys) }, n.release)
+	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return src.load(ctx, keys) }, n.release)
 	lo := n.loadOutcome(lctx, start, err)
 	var writes []tier.Item
 	var vers []version
@@ -102,7 +127,10 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, load keysLoader) {
 		klo := lo
 		klo.ver = j.ver
 		if err == nil {
-			klo.val, klo.err = ans.vals[i], ans.errs[i]
+			klo.val = ans.vals[i]
+			if ans.errs != nil {
+				klo.err = ans.errs[i]
+			}
 		}
 		var w *tier.Item
 		j.out, w = n.loaded(j.f, j.key, klo, j.fallback)

@@ -68,44 +68,43 @@ func (e *loadError) Error() string {
 
 func (e *loadError) Unwrap() error { return e.err }
 
-// keysLoader is the load stage's view of a loader: it loads keys and answers
-// per key, or fails as a whole.
-type keysLoader func(ctx context.Context, keys []string) (keysAnswer, error)
+// source is the load stage's view of the loader: a Loader, for Get's
+// flights and refreshes (one key), or a BatchLoader, for GetMany's. A value,
+// not an interface, so a load allocates nothing for it.
+type source struct {
+	one  Loader
+	many BatchLoader
+}
 
-// keysAnswer holds one value and one error per key, in order.
+// keysAnswer holds one value per key, in order, and the keys' own errors
+// (nil when none has one).
 type keysAnswer struct {
 	vals [][]byte
 	errs []error
 }
 
-// oneKey is a Loader as a keysLoader: a flight of Get, or a refresh, has one
-// key. Its error is the call's, so that the outcome recorded for the load
-// is the loader's.
-func oneKey(l Loader) keysLoader {
-	return func(ctx context.Context, keys []string) (keysAnswer, error) {
-		v, err := l.Load(ctx, keys[0])
-		return keysAnswer{vals: [][]byte{v}, errs: []error{nil}}, err
+// load calls the loader for keys; an error fails every key.
+func (s source) load(ctx context.Context, keys []string) (keysAnswer, error) {
+	if s.one != nil {
+		v, err := s.one.Load(ctx, keys[0])
+		return keysAnswer{vals: [][]byte{v}}, err
 	}
-}
-
-// batchOf is a BatchLoader as a keysLoader: keys missing from its map are
-// not found.
-func batchOf(l BatchLoader) keysLoader {
-	return func(ctx context.Context, keys []string) (keysAnswer, error) {
-		m, err := l.LoadMany(ctx, keys)
-		if err != nil {
-			return keysAnswer{}, err
-		}
-		a := keysAnswer{vals: make([][]byte, len(keys)), errs: make([]error, len(keys))}
-		for i, k := range keys {
-			if v, ok := m[k]; ok {
-				a.vals[i] = v
-			} else {
-				a.errs[i] = ErrNotFound
-			}
-		}
-		return a, nil
+	m, err := s.many.LoadMany(ctx, keys)
+	if err != nil {
+		return keysAnswer{}, err
 	}
+	a := keysAnswer{vals: make([][]byte, len(keys))}
+	for i, k := range keys {
+		if v, ok := m[k]; ok {
+			a.vals[i] = v
+			continue
+		}
+		if a.errs == nil {
+			a.errs = make([]error, len(keys))
+		}
+		a.errs[i] = ErrNotFound
+	}
+	return a, nil
 }
 
 // errLoaderExited is what the readers of a load get when the loader ended

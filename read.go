@@ -121,7 +121,7 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Resul
 		return j.out.res, j.out.err
 	}
 	detached := context.WithoutCancel(ctx)
-	if !n.c.goOwned(func() { n.loadAndFinish(detached, []*job{j}, oneKey(loader)) }) {
+	if !n.c.goOwned(func() { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
 		return Result{}, ErrClosed
@@ -196,7 +196,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 	}
 	if len(mine) > 0 {
 		detached := context.WithoutCancel(ctx)
-		if n.c.closed.Load() || !n.c.goOwned(func() { n.run(detached, mine, batchOf(loader)) }) {
+		if n.c.closed.Load() || !n.c.goOwned(func() { n.run(detached, mine, source{many: loader}) }) {
 			for _, j := range mine {
 				j.out = outcome{err: ErrClosed}
 				n.finish(j)
@@ -217,7 +217,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 
 // run takes jobs through every stage on the calling goroutine (one of the
 // Cache's) and finishes their flights, each as soon as it has its answer.
-func (n *Namespace) run(ctx context.Context, js []*job, load keysLoader) {
+func (n *Namespace) run(ctx context.Context, js []*job, src source) {
 	n.lookup(ctx, js)
 	pending := js[:0:0]
 	for _, j := range js {
@@ -228,16 +228,14 @@ func (n *Namespace) run(ctx context.Context, js []*job, load keysLoader) {
 		}
 	}
 	if len(pending) > 0 {
-		n.loadAndFinish(ctx, pending, load)
+		n.loadAndFinish(ctx, pending, src)
 	}
 }
 
 // loadAndFinish is the load stage for jobs whose lookup found no usable
 // value, then the end of their flights.
-func (n *Namespace) loadAndFinish(ctx context.Context, js []*job, load keysLoader) {
-	ctx, cancel := n.c.detach(ctx)
-	defer cancel()
-	n.load(ctx, js, load)
+func (n *Namespace) loadAndFinish(ctx context.Context, js []*job, src source) {
+	n.load(ctx, js, src)
 	for _, j := range js {
 		n.finish(j)
 	}
@@ -279,7 +277,7 @@ func (n *Namespace) startRefresh(ctx context.Context, key string, loader Loader,
 	n.ctr.inc(evRefresh)
 	j := &job{key: key, f: f, refreshOf: origin}
 	detached := context.WithoutCancel(ctx)
-	if !n.c.goOwned(func() { n.run(detached, []*job{j}, oneKey(loader)) }) {
+	if !n.c.goOwned(func() { n.run(detached, []*job{j}, source{one: loader}) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
 	}
