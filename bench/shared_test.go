@@ -6,114 +6,36 @@ package bench
 //
 //	cd bench && go test -run '^$' -bench 'GetSharedHit' -benchtime 200000x -count 6
 //
-// The requirement is holdfast ≥ 0.8× raw rueidis throughput (the tier may
-// cost at most a fifth of the client's speed);
+// The requirement (issue 3) is holdfast ≥ 0.8× raw rueidis throughput;
 // BenchmarkGetSharedHitRatio reports it directly as holdfast/rueidis.
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 	hfredis "github.com/holdfast-dev/holdfast/redis"
 )
 
 // sharedGoroutines is the number of concurrent readers.
 const sharedGoroutines = 64
 
-// startRedis starts a redis-server for the benchmark on a free loopback
-// port, in a temporary directory, without persistence, and kills it when
-// tb ends. This module cannot import holdfast's internal/redistest. When
-// redis-server is not installed the benchmark is skipped (scripts/
-// install-test-deps.sh installs it), or fails under CI.
+// startRedis starts a redis-server for the benchmark (internal/redistest: a
+// free loopback port, a temporary directory, no persistence), killed when tb
+// ends, and returns its address.
 func startRedis(tb testing.TB) string {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
-			tb.Fatalf("redis-server not found: %v", err)
-		}
-		tb.Skipf("redis-server not found (run scripts/install-test-deps.sh): %v", err)
-	}
-	dir := tb.TempDir()
-	var lastErr error
-	// A port found free can be taken before redis-server binds it; a few
-	// attempts make that race harmless.
-	for range 5 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.Command("redis-server",
-			"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
-			"--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
-			"--save", "", "--appendonly", "no")
-		// Own process group, killed with the test binary if it dies.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			tb.Fatalf("start redis-server: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if lastErr = waitPing(addr, exited); lastErr == nil {
-			tb.Cleanup(stop)
-			return addr
-		}
-		stop()
-	}
-	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-	tb.Fatalf("redis-server did not start: %v\n%s", lastErr, log)
-	return ""
-}
-
-// waitPing polls addr with PING for up to 10 s, or until the server exits.
-func waitPing(addr string, exited <-chan struct{}) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-server on %s exited", addr)
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			_ = c.SetDeadline(time.Now().Add(time.Second))
-			_, err = io.WriteString(c, "PING\r\n")
-			var line string
-			if err == nil {
-				line, err = bufio.NewReader(c).ReadString('\n')
-			}
-			_ = c.Close()
-			if err == nil && strings.HasPrefix(line, "+PONG") {
-				return nil
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return fmt.Errorf("redis-server on %s did not answer PING", addr)
+	return redistest.Standalone(tb).Addr()
 }
 
 // sharedReader reads the i-th walk position and reports whether it was a

@@ -18,6 +18,12 @@
 // (scripts/install-test-deps.sh). When they are missing a test skips, except
 // under CI (CI=true) where it fails, so a misconfigured CI cannot go green by
 // skipping every Redis test.
+//
+// Programs that are not tests (the lab) start the same processes with
+// Launch, which returns a Process: the same handle with errors for results
+// instead of a testing.TB to fail, closed by the caller. A Server is a
+// Process owned by a test. The package imports only the standard library,
+// so every module of the repository can use it.
 package redistest
 
 import (
@@ -47,31 +53,52 @@ const startTimeout = 10 * time.Second
 // missing server is a broken setup, not a reason to skip.
 func Require(t testing.TB) {
 	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			msg := fmt.Sprintf("redistest: %s not found (run scripts/install-test-deps.sh): %v", bin, err)
-			if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
-				t.Fatal(msg)
-			} else {
-				t.Skip(msg)
-			}
-			return
+	if err := lookBinaries(); err != nil {
+		msg := "redistest: " + err.Error()
+		if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
+			t.Fatal(msg)
+		} else {
+			t.Skip(msg)
 		}
 	}
 }
 
-// Server is one redis-server process owned by a test.
-type Server struct {
-	t    testing.TB
+// lookBinaries reports a missing redis-server or redis-cli.
+func lookBinaries() error {
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found (run scripts/install-test-deps.sh): %w", bin, err)
+		}
+	}
+	return nil
+}
+
+// Process is one redis-server process. Its methods report failures as
+// errors; Launch makes one for a program, which must Close it.
+type Process struct {
 	dir  string
 	port int
-	// cluster is non-nil for a Cluster node: its settings and bus port.
+	// cluster is non-nil for a Cluster node made by this package: its
+	// settings and bus port.
 	cluster *clusterNode
+	// extra is added to the command line after the package's own
+	// arguments.
+	extra []string
+	// ownDir: Launch made dir, and Close removes it.
+	ownDir bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
 	frozen bool
+}
+
+// Server is one redis-server process owned by a test: a Process whose
+// Freeze, Thaw, Restart and Start fail the test instead of returning an
+// error, and which the test's cleanup kills.
+type Server struct {
+	*Process
+	t testing.TB
 }
 
 // Standalone starts a standalone redis-server and returns when it answers
@@ -81,6 +108,48 @@ func Standalone(t testing.TB) *Server {
 	Require(t)
 	return newServer(t, nil)
 }
+
+// Options configures Launch. The zero value is a standalone server in a new
+// temporary directory.
+type Options struct {
+	// Dir is the server's working directory (data files and redis.log).
+	// Empty means a new temporary directory, which Close removes.
+	Dir string
+
+	// Args are added to redis-server's command line, after the package's
+	// own (loopback only, the port, no persistence), for example
+	// "--cluster-enabled", "yes".
+	Args []string
+}
+
+// Launch starts a redis-server on a free loopback port and returns when it
+// answers PING. It is for programs; a test uses Standalone or Cluster. The
+// caller must Close the process.
+func Launch(o Options) (*Process, error) {
+	if err := lookBinaries(); err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	p := &Process{dir: o.Dir, extra: o.Args}
+	if p.dir == "" {
+		dir, err := os.MkdirTemp("", "holdfast-redis-")
+		if err != nil {
+			return nil, fmt.Errorf("redistest: %w", err)
+		}
+		p.dir, p.ownDir = dir, true
+	}
+	if err := p.startOnFreePort(); err != nil {
+		err = fmt.Errorf("redistest: cannot start redis-server: %w\n%s", err, p.logTail())
+		if p.ownDir {
+			os.RemoveAll(p.dir)
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// testArgs tune the servers of tests: full resyncs straight over the
+// socket, without the default 5 s wait for more replicas to join.
+var testArgs = []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
 
 // clusterNode holds what a Cluster node adds to a server's command line.
 type clusterNode struct {
@@ -92,30 +161,37 @@ type clusterNode struct {
 // for a standalone server.
 func newServer(t testing.TB, cn *clusterNode) *Server {
 	t.Helper()
-	s := &Server{t: t, dir: t.TempDir(), cluster: cn}
+	s := &Server{Process: &Process{dir: t.TempDir(), cluster: cn, extra: testArgs}, t: t}
 	t.Cleanup(s.stop)
+	if err := s.startOnFreePort(); err != nil {
+		t.Fatalf("redistest: cannot start redis-server: %v\n%s", err, s.logTail())
+	}
+	return s
+}
+
+// startOnFreePort starts the process on a port the kernel says is free. A
+// free port can be taken by another process between our probe and
+// redis-server's bind; a handful of attempts makes that race harmless.
+func (p *Process) startOnFreePort() error {
 	var lastErr error
-	// A free port can be taken by another process between our probe and
-	// redis-server's bind; a handful of attempts makes that race harmless.
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			t.Fatalf("redistest: %v", err)
+			return err
 		}
-		s.port = port
-		if cn != nil {
+		p.port = port
+		if p.cluster != nil {
 			// The bus port is set explicitly (cluster-port) rather than
 			// left at port+10000, which may be taken or above 65535.
-			if cn.busPort, err = freePort(); err != nil {
-				t.Fatalf("redistest: %v", err)
+			if p.cluster.busPort, err = freePort(); err != nil {
+				return err
 			}
 		}
-		if lastErr = s.start(); lastErr == nil {
-			return s
+		if lastErr = p.start(); lastErr == nil {
+			return nil
 		}
 	}
-	t.Fatalf("redistest: cannot start redis-server: %v\n%s", lastErr, s.logTail())
-	return nil
+	return lastErr
 }
 
 func freePort() (int, error) {
@@ -128,7 +204,7 @@ func freePort() (int, error) {
 	return port, nil
 }
 
-func (s *Server) args() []string {
+func (s *Process) args() []string {
 	args := []string{
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(s.port),
@@ -140,11 +216,8 @@ func (s *Server) args() []string {
 		// Restart relies on "no files" meaning "empty".
 		"--save", "",
 		"--appendonly", "no",
-		// Full resyncs straight over the socket, without the default 5 s
-		// wait for more replicas to join.
-		"--repl-diskless-sync", "yes",
-		"--repl-diskless-sync-delay", "0",
 	}
+	args = append(args, s.extra...)
 	if cn := s.cluster; cn != nil {
 		args = append(args,
 			"--cluster-enabled", "yes",
@@ -163,21 +236,16 @@ func (s *Server) args() []string {
 // start launches the process on s.port and waits until it answers PING. It
 // reports an error (and leaves nothing running) if the process exits first,
 // typically because the port was taken.
-func (s *Server) start() error {
+func (s *Process) start() error {
 	cmd := exec.Command("redis-server", s.args()...)
 	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Own process group, so signals reach the server and nothing else,
-		// and Pdeathsig so a crashed test binary does not leak servers.
-		Setpgid:   true,
-		Pdeathsig: syscall.SIGKILL,
-	}
+	setProcAttr(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	exited := make(chan struct{})
-	// This goroutine is owned by the Server: it ends when the process ends,
-	// which stop (run by t.Cleanup) guarantees.
+	// This goroutine is owned by the Process: it ends when the process
+	// ends, which stop (run by t.Cleanup, or Close) guarantees.
 	go func() {
 		_ = cmd.Wait()
 		close(exited)
@@ -204,22 +272,35 @@ func (s *Server) start() error {
 }
 
 // Addr returns "127.0.0.1:port".
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+func (s *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
 // Port returns the server's TCP port.
-func (s *Server) Port() int { return s.port }
+func (s *Process) Port() int { return s.port }
 
 // Dir returns the server's working directory (data files and redis.log).
-func (s *Server) Dir() string { return s.dir }
+func (s *Process) Dir() string { return s.dir }
+
+// Running reports whether the process is started and has not exited; a
+// frozen process is running.
+func (s *Process) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
 
 // Kill sends SIGKILL to the server and waits until it has exited. A frozen
 // server is killed too (SIGKILL does not need SIGCONT).
-func (s *Server) Kill() {
-	s.t.Helper()
-	s.kill()
-}
+func (s *Process) Kill() { s.kill() }
 
-func (s *Server) kill() {
+func (s *Process) kill() {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.frozen = false
@@ -234,27 +315,38 @@ func (s *Server) kill() {
 // Freeze sends SIGSTOP: the server keeps its sockets, the kernel keeps
 // accepting connections into the backlog, and nothing is ever answered until
 // Thaw.
-func (s *Server) Freeze() {
-	s.t.Helper()
-	s.signal(syscall.SIGSTOP, true)
-}
+func (s *Process) Freeze() error { return s.signal(syscall.SIGSTOP, true) }
 
 // Thaw sends SIGCONT to a frozen server.
-func (s *Server) Thaw() {
+func (s *Process) Thaw() error { return s.signal(syscall.SIGCONT, false) }
+
+// Freeze is Process.Freeze, failing the test on an error.
+func (s *Server) Freeze() {
 	s.t.Helper()
-	s.signal(syscall.SIGCONT, false)
+	if err := s.Process.Freeze(); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
-func (s *Server) signal(sig syscall.Signal, frozen bool) {
+// Thaw is Process.Thaw, failing the test on an error.
+func (s *Server) Thaw() {
+	s.t.Helper()
+	if err := s.Process.Thaw(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *Process) signal(sig syscall.Signal, frozen bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
-		s.t.Fatalf("redistest: %s: server not running", s.Addr())
+		return fmt.Errorf("redistest: %s: server not running", s.Addr())
 	}
 	if err := syscall.Kill(-s.cmd.Process.Pid, sig); err != nil {
-		s.t.Fatalf("redistest: %s: signal %v: %v", s.Addr(), sig, err)
+		return fmt.Errorf("redistest: %s: signal %v: %w", s.Addr(), sig, err)
 	}
 	s.frozen = frozen
+	return nil
 }
 
 // Restart kills the server, deletes its data files (keeping a Cluster node's
@@ -262,39 +354,46 @@ func (s *Server) signal(sig syscall.Signal, frozen bool) {
 // again on the same port. It comes back empty: a replica has to do a full
 // resync from its primary. Restart returns when the process answers PING; use
 // WaitHealthy to wait for the resync.
-func (s *Server) Restart() {
-	s.t.Helper()
+func (s *Process) Restart() error {
 	s.kill()
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
-		s.t.Fatalf("redistest: %v", err)
+		return fmt.Errorf("redistest: %w", err)
 	}
 	for _, e := range entries {
 		switch name := e.Name(); {
 		case name == "nodes.conf", name == "redis.log":
 		default:
 			if err := os.RemoveAll(filepath.Join(s.dir, name)); err != nil {
-				s.t.Fatalf("redistest: %v", err)
+				return fmt.Errorf("redistest: %w", err)
 			}
 		}
 	}
 	// The port was ours a moment ago; another process can still take it in
-	// between, and then the test fails rather than moving the node (a
+	// between, and then Restart fails rather than moving the node (a
 	// Cluster node's address is part of the topology).
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if lastErr = s.start(); lastErr == nil {
-			return
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s.t.Fatalf("redistest: restart %s: %v\n%s", s.Addr(), lastErr, s.logTail())
+	return fmt.Errorf("redistest: restart %s: %w\n%s", s.Addr(), lastErr, s.logTail())
+}
+
+// Restart is Process.Restart, failing the test on an error.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.Process.Restart(); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // WaitHealthy waits until the server answers PING, and, for a replica, until
 // its link to the primary is up and no sync is in progress; in a Cluster,
 // until the node reports cluster_state:ok.
-func (s *Server) WaitHealthy(ctx context.Context) error {
+func (s *Process) WaitHealthy(ctx context.Context) error {
 	for {
 		err := s.healthy(ctx)
 		if err == nil {
@@ -308,7 +407,7 @@ func (s *Server) WaitHealthy(ctx context.Context) error {
 	}
 }
 
-func (s *Server) healthy(ctx context.Context) error {
+func (s *Process) healthy(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	out, err := s.CLI(cctx, "PING")
@@ -340,11 +439,11 @@ func (s *Server) healthy(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) isCluster() bool { return s.cluster != nil }
+func (s *Process) isCluster() bool { return s.cluster != nil }
 
 // CLI runs redis-cli against the server with args and returns its trimmed
 // output. It fails fast on a frozen server only as far as ctx allows.
-func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
+func (s *Process) CLI(ctx context.Context, args ...string) (string, error) {
 	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)
 	cmd := exec.CommandContext(ctx, "redis-cli", full...)
 	var stderr bytes.Buffer
@@ -362,7 +461,7 @@ func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
 
 // Info returns the "key:value" lines of INFO section as a map. The section
 // "cluster-info" runs CLUSTER INFO instead.
-func (s *Server) Info(ctx context.Context, section string) (map[string]string, error) {
+func (s *Process) Info(ctx context.Context, section string) (map[string]string, error) {
 	var out string
 	var err error
 	if section == "cluster-info" {
@@ -384,9 +483,21 @@ func (s *Server) Info(ctx context.Context, section string) (map[string]string, e
 	return m, nil
 }
 
+// Close kills the process and removes its directory if Launch made it. It
+// is safe to call more than once.
+func (s *Process) Close() error {
+	s.stop()
+	if s.ownDir {
+		if err := os.RemoveAll(s.dir); err != nil {
+			return fmt.Errorf("redistest: %w", err)
+		}
+	}
+	return nil
+}
+
 // stop is the t.Cleanup hook: thaw (so the process can be reaped cleanly and
 // nothing waits on a stopped process), then kill the process group.
-func (s *Server) stop() {
+func (s *Process) stop() {
 	s.mu.Lock()
 	cmd, frozen := s.cmd, s.frozen
 	s.mu.Unlock()
@@ -400,7 +511,7 @@ func (s *Server) stop() {
 }
 
 // logTail returns the end of the server's log, for failure messages.
-func (s *Server) logTail() string {
+func (s *Process) logTail() string {
 	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 	if err != nil {
 		return ""

@@ -22,7 +22,7 @@ import (
 // may call t.Fatal when the new server cannot start).
 
 // NodeID returns the server's Cluster node ID (CLUSTER MYID).
-func (s *Server) NodeID(ctx context.Context) (string, error) {
+func (s *Process) NodeID(ctx context.Context) (string, error) {
 	id, err := s.CLI(ctx, "CLUSTER", "MYID")
 	if err != nil {
 		return "", err
@@ -39,8 +39,7 @@ func (s *Server) NodeID(ctx context.Context) (string, error) {
 // persistence of their own; Restart, by contrast, deletes the data files).
 // For a replica that is a copy that may lag its primary until it has
 // resynced. It returns when the process answers PING.
-func (s *Server) Start() {
-	s.t.Helper()
+func (s *Process) Start() error {
 	s.mu.Lock()
 	running := s.cmd != nil && s.exited != nil
 	if running {
@@ -52,16 +51,24 @@ func (s *Server) Start() {
 	}
 	s.mu.Unlock()
 	if running {
-		s.t.Fatalf("redistest: Start %s: the server is running", s.Addr())
+		return fmt.Errorf("redistest: Start %s: the server is running", s.Addr())
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if lastErr = s.start(); lastErr == nil {
-			return
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s.t.Fatalf("redistest: start %s again: %v\n%s", s.Addr(), lastErr, s.logTail())
+	return fmt.Errorf("redistest: start %s again: %w\n%s", s.Addr(), lastErr, s.logTail())
+}
+
+// Start is Process.Start, failing the test on an error.
+func (s *Server) Start() {
+	s.t.Helper()
+	if err := s.Process.Start(); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // clusterCLI runs redis-cli --cluster with args and returns its output;

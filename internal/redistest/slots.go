@@ -185,13 +185,13 @@ const noSuchUser = "redistest-no-such-user"
 // it keeps the data it holds and takes no resync. That is what a demoted
 // primary looks like while its resync has not begun yet: it still answers
 // READONLY reads, from its old data. UnblockSync undoes it.
-func (s *Server) BlockSync(ctx context.Context) error {
+func (s *Process) BlockSync(ctx context.Context) error {
 	_, err := s.CLI(ctx, "CONFIG", "SET", "masteruser", noSuchUser, "masterauth", "x")
 	return err
 }
 
 // UnblockSync lets s sync with its primary again.
-func (s *Server) UnblockSync(ctx context.Context) error {
+func (s *Process) UnblockSync(ctx context.Context) error {
 	_, err := s.CLI(ctx, "CONFIG", "SET", "masteruser", "", "masterauth", "")
 	return err
 }

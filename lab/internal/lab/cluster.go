@@ -5,16 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
 // Cluster is a Redis Cluster of 3 primaries and 3 replicas built with the
 // server's own tooling (redis-cli --cluster create), for the scenarios that
 // fail one node of many.
 type Cluster struct {
-	Nodes []*Server // in creation order; roles change on failover, ask Role
+	Nodes []*redistest.Process // in creation order; roles change on failover, ask Role
 }
 
 // StartCluster starts six cluster-enabled servers and joins them. The node
@@ -27,11 +28,11 @@ func StartCluster(ctx context.Context) (_ *Cluster, err error) {
 		}
 	}()
 	for range 6 {
-		s, err := StartServer(ctx,
+		s, err := redistest.Launch(redistest.Options{Args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000",
-		)
+		}})
 		if err != nil {
 			return nil, err
 		}
@@ -42,7 +43,7 @@ func StartCluster(ctx context.Context) (_ *Cluster, err error) {
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, redisCLI(), args...).CombinedOutput()
+	out, err := exec.CommandContext(cctx, "redis-cli", args...).CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, lastLines(string(out), 5))
 	}
@@ -52,21 +53,11 @@ func StartCluster(ctx context.Context) (_ *Cluster, err error) {
 	return c, nil
 }
 
-func redisCLI() string {
-	if p, err := exec.LookPath(RedisServerPath); err == nil {
-		cli := filepath.Join(filepath.Dir(p), "redis-cli")
-		if _, err := exec.LookPath(cli); err == nil {
-			return cli
-		}
-	}
-	return "redis-cli"
-}
-
 // Addrs returns every node's address.
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
-		out[i] = n.Addr
+		out[i] = n.Addr()
 	}
 	return out
 }
@@ -94,24 +85,24 @@ func (c *Cluster) healthy() error {
 		if !n.Running() {
 			continue
 		}
-		st, err := Command(n.Addr, 300*time.Millisecond, "CLUSTER", "INFO")
+		st, err := Command(n.Addr(), 300*time.Millisecond, "CLUSTER", "INFO")
 		if err != nil {
 			return err
 		}
 		if !strings.Contains(st, "cluster_state:ok") {
-			return fmt.Errorf("%s: cluster_state not ok", n.Addr)
+			return fmt.Errorf("%s: cluster_state not ok", n.Addr())
 		}
-		role, err := Role(n.Addr)
+		role, err := Role(n.Addr())
 		if err != nil {
 			return err
 		}
 		if role == "replica" {
-			link, err := InfoField(n.Addr, "replication", "master_link_status")
+			link, err := InfoField(n.Addr(), "replication", "master_link_status")
 			if err != nil {
 				return err
 			}
 			if link != "up" {
-				return fmt.Errorf("%s: master_link_status %s", n.Addr, link)
+				return fmt.Errorf("%s: master_link_status %s", n.Addr(), link)
 			}
 		}
 	}

@@ -11,10 +11,11 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 	"github.com/holdfast-dev/holdfast/redis"
 )
 
-// The cluster scenarios, on the lab's 3 primaries + 3 replicas:
+// The cluster scenarios of issue 5, on the lab's 3 primaries + 3 replicas:
 // node-freeze (one primary SIGSTOPped: how soon holdfast ejects it, and
 // whether reads of the other nodes' keys notice) and replica-resync (a
 // replica restarted empty: whether it answers reads before it has its data
@@ -159,7 +160,7 @@ func nodeFreeze(o Options) Plan {
 		return t.RunMode(ctx, o, m)
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: run,
-		Figure: "first_ejection_ms ≤ 1000 (holdfast); healthy_keys_p99_ratio ≤ 1.5; window p99 ≤ 60 ms with 0 errors"}
+		Figure: "first_ejection_ms ≤ 1000 (holdfast); healthy_keys_p99_ratio ≤ 1.5; window p99 ≤ 60 ms with 0 errors (issue 5)"}
 }
 
 // freezeRun is one mode's run of node-freeze.
@@ -167,7 +168,7 @@ type freezeRun struct {
 	stored func(string) string
 	w      [2]time.Duration
 
-	frozen  *Server
+	frozen  *redistest.Process
 	owner   [16384]string // slot → primary address, before the freeze
 	healthy func(key string) bool
 
@@ -182,11 +183,11 @@ type freezeRun struct {
 func (r *freezeRun) setup(f *Fixture, keys int) error {
 	for _, n := range f.Cluster.Nodes {
 		// A grey node, not a failover (see nodeFreeze).
-		if _, err := Command(n.Addr, time.Second, "CONFIG", "SET", "cluster-node-timeout", "15000"); err != nil {
-			return fmt.Errorf("%s: CONFIG SET cluster-node-timeout: %w", n.Addr, err)
+		if _, err := Command(n.Addr(), time.Second, "CONFIG", "SET", "cluster-node-timeout", "15000"); err != nil {
+			return fmt.Errorf("%s: CONFIG SET cluster-node-timeout: %w", n.Addr(), err)
 		}
 	}
-	owner, err := slotOwners(f.Cluster.Nodes[0].Addr)
+	owner, err := slotOwners(f.Cluster.Nodes[0].Addr())
 	if err != nil {
 		return err
 	}
@@ -194,7 +195,7 @@ func (r *freezeRun) setup(f *Fixture, keys int) error {
 	// The primary of the first key's slot: a third of the keys, about.
 	frozenAddr := owner[redis.Slot(r.stored("product:0"))]
 	for _, n := range f.Cluster.Nodes {
-		if n.Addr == frozenAddr {
+		if n.Addr() == frozenAddr {
 			r.frozen = n
 		}
 	}
@@ -241,7 +242,7 @@ func (r *freezeRun) freeze(ctx context.Context, f *Fixture) error {
 	}
 	end := f.Start.Add(r.w[1])
 	for time.Now().Before(end) {
-		if s, ok := nodeStat(f.Reader, r.frozen.Addr); ok && s.Ejections > r.ejections0 {
+		if s, ok := nodeStat(f.Reader, r.frozen.Addr()); ok && s.Ejections > r.ejections0 {
 			r.firstEjection = s.LastEjected.Sub(r.freezeAt)
 			return nil
 		}
@@ -263,7 +264,7 @@ func (r *freezeRun) extra(f *Fixture, res *ModeResult) {
 	if b.P99 > 0 {
 		res.Extra["healthy_keys_p99_ratio"] = d.P99 / b.P99
 	}
-	if s, ok := nodeStat(f.Reader, r.frozen.Addr); ok {
+	if s, ok := nodeStat(f.Reader, r.frozen.Addr()); ok {
 		if r.firstEjection >= 0 { // left out when not ejected during the freeze
 			res.Extra["first_ejection_ms"] = ms(r.firstEjection)
 		}
@@ -276,14 +277,12 @@ func (r *freezeRun) extra(f *Fixture, res *ModeResult) {
 // middle third, while its primary holds 200,000 keys (scaled down with the
 // run), so that its full resync takes seconds (the primary's default
 // repl-diskless-sync-delay alone is 5 s). Until it has its data, a replica
-// answers every GET with a miss (replica-serve-stale-data). In production
-// that started a loop: empty answers, misses, a storm of writes, the sync
-// buffer overflowed and the resync failed again. Figure:
-// unready_replica_reads, the reads it answered before it was ready — from the
-// client's per-node counters in the holdfast mode (ready = the tier's
-// readiness), cross-checked with the new process's own INFO commandstats (GET
-// + MGET calls); in the naive mode, which has no per-node counters, from INFO
-// alone (ready = synced by its own INFO).
+// answers every GET with a miss (replica-serve-stale-data): seed 002's
+// resync loop. Figure: unready_replica_reads, the reads it answered before
+// it was ready — from the client's per-node counters in the holdfast mode
+// (ready = the tier's readiness), cross-checked with the new process's own
+// INFO commandstats (GET + MGET calls); in the naive mode, which has no
+// per-node counters, from INFO alone (ready = synced by its own INFO).
 func replicaResync(o Options) Plan {
 	d := o.length(baseDuration)
 	ks := keyScale(o)
@@ -304,13 +303,13 @@ func replicaResync(o Options) Plan {
 		return t.RunMode(ctx, o, m)
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: run,
-		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads"}
+		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads (issue 5)"}
 }
 
 // resyncRun is one mode's run of replica-resync.
 type resyncRun struct {
 	d       time.Duration
-	replica *Server
+	replica *redistest.Process
 	primary string
 
 	// Set on the fault goroutine, read by extra after it ended.
@@ -325,7 +324,7 @@ type resyncRun struct {
 
 func (r *resyncRun) setup(f *Fixture, keys, fill int) error {
 	for _, n := range f.Cluster.Nodes {
-		if role, err := Role(n.Addr); err == nil && role == "replica" {
+		if role, err := Role(n.Addr()); err == nil && role == "replica" {
 			r.replica = n
 			break
 		}
@@ -333,7 +332,7 @@ func (r *resyncRun) setup(f *Fixture, keys, fill int) error {
 	if r.replica == nil {
 		return errors.New("no replica in the cluster")
 	}
-	port, err := InfoField(r.replica.Addr, "replication", "master_port")
+	port, err := InfoField(r.replica.Addr(), "replication", "master_port")
 	if err != nil {
 		return err
 	}
@@ -398,25 +397,23 @@ func fillShard(c *Cluster, primary string, n int) error {
 // it is ready (or the run ends): the client's reads counted for it and its
 // own GET/MGET calls, at the last sample taken while it was not ready.
 func (r *resyncRun) restart(ctx context.Context, f *Fixture) error {
-	if err := r.replica.Kill(); err != nil {
-		return err
-	}
+	r.replica.Kill()
 	// Read after the kill: no answer from the old process can come later.
-	pre, counted := nodeStat(f.Reader, r.replica.Addr)
+	pre, counted := nodeStat(f.Reader, r.replica.Addr())
 	if counted {
 		r.clientReadsPre = pre.Reads
 		r.clientReads = 0
 	}
 	at := time.Now()
-	if err := r.replica.Restart(ctx); err != nil {
+	if err := r.replica.Restart(); err != nil {
 		return err
 	}
 	r.restarted = true
 	end := f.Start.Add(r.d - 100*time.Millisecond)
 	for time.Now().Before(end) {
-		s1, _ := nodeStat(f.Reader, r.replica.Addr)
-		info, err := infoAll(r.replica.Addr)
-		s2, _ := nodeStat(f.Reader, r.replica.Addr)
+		s1, _ := nodeStat(f.Reader, r.replica.Addr())
+		info, err := infoAll(r.replica.Addr())
+		s2, _ := nodeStat(f.Reader, r.replica.Addr())
 		synced := err == nil && info["master_link_status"] == "up" &&
 			info["master_sync_in_progress"] == "0" && info["loading"] == "0"
 		if synced && r.syncedAfter < 0 {
@@ -464,10 +461,10 @@ func (r *resyncRun) extra(f *Fixture, res *ModeResult) {
 	if r.syncedAfter >= 0 {
 		res.Extra["replica_synced_after_ms"] = ms(r.syncedAfter)
 	}
-	if info, err := infoAll(r.replica.Addr); err == nil {
+	if info, err := infoAll(r.replica.Addr()); err == nil {
 		res.Extra["replica_reads_after_restart"] = float64(readCalls(info))
 	}
-	if s, ok := nodeStat(f.Reader, r.replica.Addr); ok {
+	if s, ok := nodeStat(f.Reader, r.replica.Addr()); ok {
 		res.Extra["replica_client_reads_after_restart"] = float64(s.Reads - r.clientReadsPre)
 	}
 }

@@ -13,16 +13,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
-// crossProcessStampede grows the two-JVM experiment (Spring's locking Redis
-// cache writer loaded once across two JVMs) to 4 OS processes × 250
-// goroutines, all reading one cold key at once through the same Redis. Each
-// process has its own source (200 ms loader, no cap), so the figure is loads
-// per burst summed over the processes: naive loads once per goroutine;
-// holdfast coalesces inside each process and takes no Redis lock for it
-// (Spring's one lock per cache name stalled other keys), so at most once per
-// process.
+// crossProcessStampede is seed 000's two-JVM experiment grown to 4 OS
+// processes × 250 goroutines, all reading one cold key at once through the
+// same Redis. Each process has its own source (200 ms loader, no cap), so
+// the figure is loads per burst summed over the processes: naive loads once
+// per goroutine; holdfast coalesces inside each process (seed 000's
+// decision: no Redis lock), so at most once per process.
 //
 // The processes are the lab's own executable started again in child mode
 // (ChildMain), driven over stdin/stdout: one "go KEY" line per burst, one
@@ -43,20 +43,20 @@ func crossProcessStampede(o Options) Plan {
 		"holdfast_config":    holdfastConfig,
 	}
 	run := func(ctx context.Context, o Options, m Mode) (res ModeResult, err error) {
-		srv, err := StartServer(ctx)
+		srv, err := redistest.Launch(redistest.Options{})
 		if err != nil {
 			return res, err
 		}
 		defer func() { err = errors.Join(err, srv.Close()) }()
 		// Building the mode here first reports a missing mode before any
 		// process is started.
-		r, err := m.New(ctx, ReaderConfig{RedisAddrs: []string{srv.Addr}, Load: func(context.Context, string) ([]byte, error) { return nil, nil }})
+		r, err := m.New(ctx, ReaderConfig{RedisAddrs: []string{srv.Addr()}, Load: func(context.Context, string) ([]byte, error) { return nil, nil }})
 		if err != nil {
 			return res, err
 		}
 		r.Close()
 
-		ops0, _ := CommandsProcessed(srv.Addr)
+		ops0, _ := CommandsProcessed(srv.Addr())
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		var kids []*child
@@ -66,7 +66,7 @@ func crossProcessStampede(o Options) Plan {
 			}
 		}()
 		for range procs {
-			k, err := startChild(cctx, m.Name, srv.Addr, goroutines, loader)
+			k, err := startChild(cctx, m.Name, srv.Addr(), goroutines, loader)
 			if err != nil {
 				return res, err
 			}
@@ -110,7 +110,7 @@ func crossProcessStampede(o Options) Plan {
 		res.Window = rec.Window()
 		res.LoaderCalls = total
 		res.Series = rec.Seconds(secondsIn(time.Since(start)))
-		res.Nodes = []Node{{Addr: srv.Addr, Role: "primary", Ops: opsSince(srv.Addr, ops0)}}
+		res.Nodes = []Node{{Addr: srv.Addr(), Role: "primary", Ops: opsSince(srv.Addr(), ops0)}}
 		res.Extra = map[string]float64{
 			"loads_per_burst_mean": float64(total) / reps,
 			"loads_per_burst_max":  float64(worst),
@@ -244,7 +244,7 @@ func ChildMain(stdin io.Reader, stdout io.Writer) int {
 	r, err := mode.New(ctx, ReaderConfig{
 		RedisAddrs: []string{os.Getenv("HOLDFAST_LAB_ADDR")}, Load: src.Load,
 		TTL: baseTTL, StaleIfError: baseStaleIfError, Timeout: 100 * time.Millisecond,
-		Leases: true, // the two-JVM question: one load across processes, not one per process
+		Leases: true, // seed 000's question: one load across processes, not one per process
 	})
 	if err != nil {
 		return fail(err)

@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
-// stampede is the coalescing experiment first run on Spring's cache: g
-// goroutines released at once on one key that is in no cache, with a 200 ms
-// loader and no load cap, so the figure is how many loads one burst causes.
-// Naive cache-aside loads once per goroutine; coalescing loads once per
-// process. The same burst with Redis down (Spring's cache: 16 loads for 16
-// requests with every writer and sync setting) ends the run.
+// stampede is seed 000's coalescing experiment: g goroutines released at
+// once on one key that is in no cache, with a 200 ms loader and no load cap,
+// so the figure is how many loads one burst causes. Naive cache-aside loads
+// once per goroutine; coalescing loads once per process. The same burst with
+// Redis down (seed 000: 16 loads for 16 requests in every combination) ends
+// the run.
 func stampede(o Options) Plan {
 	const (
 		loader = 200 * time.Millisecond
@@ -32,21 +34,21 @@ func stampede(o Options) Plan {
 		"holdfast_config":    holdfastConfig,
 	}
 	run := func(ctx context.Context, o Options, m Mode) (res ModeResult, err error) {
-		srv, err := StartServer(ctx)
+		srv, err := redistest.Launch(redistest.Options{})
 		if err != nil {
 			return res, err
 		}
 		defer func() { err = errors.Join(err, srv.Close()) }()
 		src := NewSource(SourceConfig{Latency: loader})
 		r, err := m.New(ctx, ReaderConfig{
-			RedisAddrs: []string{srv.Addr}, Load: src.Load,
+			RedisAddrs: []string{srv.Addr()}, Load: src.Load,
 			TTL: baseTTL, StaleIfError: baseStaleIfError, Timeout: 100 * time.Millisecond,
 		})
 		if err != nil {
 			return res, err
 		}
 		defer func() { err = errors.Join(err, r.Close()) }()
-		ops0, _ := CommandsProcessed(srv.Addr)
+		ops0, _ := CommandsProcessed(srv.Addr())
 
 		start := time.Now()
 		src.Begin(start, 0, 0)
@@ -86,11 +88,9 @@ func stampede(o Options) Plan {
 		res.Extra["loads_per_burst_16_max"] = float64(worst)
 		n, _ := burst("stampede:large", large)
 		res.Extra["loads_burst_1000"] = float64(n)
-		ops := opsSince(srv.Addr, ops0)
+		ops := opsSince(srv.Addr(), ops0)
 
-		if err := srv.Kill(); err != nil {
-			return res, err
-		}
+		srv.Kill()
 		n, _ = burst("stampede:redis-down", small)
 		res.Extra["loads_burst_16_redis_down"] = float64(n)
 		if err := ctx.Err(); err != nil {
@@ -106,12 +106,12 @@ func stampede(o Options) Plan {
 				res.Series[i].LoaderCalls = c
 			}
 		}
-		res.Nodes = []Node{{Addr: srv.Addr, Role: "primary", Ops: ops}}
+		res.Nodes = []Node{{Addr: srv.Addr(), Role: "primary", Ops: ops}}
 		for k, v := range r.Stats() {
 			res.Extra[k] = v
 		}
 		return res, nil
 	}
 	return Plan{Params: p, Duration: d, RunMode: run,
-		Figure: "loads per burst of 16 on one empty key (Spring's cache: 16 with its default Redis writer, 1 coalesced); of 1,000; of 16 with Redis down"}
+		Figure: "loads per burst of 16 on one empty key (seed 000: 16 naive, 1 coalesced); of 1,000; of 16 with Redis down"}
 }

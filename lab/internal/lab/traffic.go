@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
 // Traffic is a timed scenario: an open-model schedule of reads against one
@@ -51,7 +53,7 @@ type Fault struct {
 // Fixture is what a mode runs against: one standalone server (Redis) or a
 // cluster (Cluster), never both.
 type Fixture struct {
-	Redis   *Server
+	Redis   *redistest.Process
 	Cluster *Cluster
 	Source  *Source
 	Reader  Reader
@@ -59,11 +61,11 @@ type Fixture struct {
 }
 
 // servers returns every redis-server of the fixture.
-func (f *Fixture) servers() []*Server {
+func (f *Fixture) servers() []*redistest.Process {
 	if f.Cluster != nil {
 		return f.Cluster.Nodes
 	}
-	return []*Server{f.Redis}
+	return []*redistest.Process{f.Redis}
 }
 
 // RunMode runs the traffic once with mode m.
@@ -77,7 +79,7 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 		defer func() { err = errors.Join(err, c.Close()) }()
 		f.Cluster = c
 	} else {
-		srv, err := StartServer(ctx)
+		srv, err := redistest.Launch(redistest.Options{})
 		if err != nil {
 			return res, err
 		}
@@ -86,7 +88,7 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 	}
 	var addrs []string
 	for _, s := range f.servers() {
-		addrs = append(addrs, s.Addr)
+		addrs = append(addrs, s.Addr())
 	}
 
 	src := NewSource(t.Source)
