@@ -15,7 +15,7 @@ import (
 	"github.com/holdfast-dev/holdfast/redis"
 )
 
-// The cluster scenarios of issue 5, on the lab's 3 primaries + 3 replicas:
+// The cluster scenarios, on the lab's 3 primaries + 3 replicas:
 // node-freeze (one primary SIGSTOPped: how soon holdfast ejects it, and
 // whether reads of the other nodes' keys notice) and replica-resync (a
 // replica restarted empty: whether it answers reads before it has its data
@@ -160,7 +160,7 @@ func nodeFreeze(o Options) Plan {
 		return t.RunMode(ctx, o, m)
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: run,
-		Figure: "first_ejection_ms ≤ 1000 (holdfast); healthy_keys_p99_ratio ≤ 1.5; window p99 ≤ 60 ms with 0 errors (issue 5)"}
+		Figure: "first_ejection_ms ≤ 1000 (holdfast); healthy_keys_p99_ratio ≤ 1.5; window p99 ≤ 60 ms with 0 errors"}
 }
 
 // freezeRun is one mode's run of node-freeze.
@@ -277,12 +277,14 @@ func (r *freezeRun) extra(f *Fixture, res *ModeResult) {
 // middle third, while its primary holds 200,000 keys (scaled down with the
 // run), so that its full resync takes seconds (the primary's default
 // repl-diskless-sync-delay alone is 5 s). Until it has its data, a replica
-// answers every GET with a miss (replica-serve-stale-data): seed 002's
-// resync loop. Figure: unready_replica_reads, the reads it answered before
-// it was ready — from the client's per-node counters in the holdfast mode
-// (ready = the tier's readiness), cross-checked with the new process's own
-// INFO commandstats (GET + MGET calls); in the naive mode, which has no
-// per-node counters, from INFO alone (ready = synced by its own INFO).
+// answers every GET with a miss (replica-serve-stale-data). In production
+// that started a loop: empty answers, misses, a storm of writes, the sync
+// buffer overflowed and the resync failed again. Figure:
+// unready_replica_reads, the reads it answered before it was ready — from the
+// client's per-node counters in the holdfast mode (ready = the tier's
+// readiness), cross-checked with the new process's own INFO commandstats (GET
+// + MGET calls); in the naive mode, which has no per-node counters, from INFO
+// alone (ready = synced by its own INFO).
 func replicaResync(o Options) Plan {
 	d := o.length(baseDuration)
 	ks := keyScale(o)
@@ -303,7 +305,7 @@ func replicaResync(o Options) Plan {
 		return t.RunMode(ctx, o, m)
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: run,
-		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads (issue 5)"}
+		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads"}
 }
 
 // resyncRun is one mode's run of replica-resync.

@@ -17,12 +17,14 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
-// crossProcessStampede is seed 000's two-JVM experiment grown to 4 OS
-// processes × 250 goroutines, all reading one cold key at once through the
-// same Redis. Each process has its own source (200 ms loader, no cap), so
-// the figure is loads per burst summed over the processes: naive loads once
-// per goroutine; holdfast coalesces inside each process (seed 000's
-// decision: no Redis lock), so at most once per process.
+// crossProcessStampede grows the two-JVM experiment (Spring's locking Redis
+// cache writer loaded once across two JVMs) to 4 OS processes × 250
+// goroutines, all reading one cold key at once through the same Redis. Each
+// process has its own source (200 ms loader, no cap), so the figure is loads
+// per burst summed over the processes: naive loads once per goroutine;
+// holdfast coalesces inside each process and takes no Redis lock for it
+// (Spring's one lock per cache name stalled other keys), so at most once per
+// process.
 //
 // The processes are the lab's own executable started again in child mode
 // (ChildMain), driven over stdin/stdout: one "go KEY" line per burst, one
@@ -244,7 +246,7 @@ func ChildMain(stdin io.Reader, stdout io.Writer) int {
 	r, err := mode.New(ctx, ReaderConfig{
 		RedisAddrs: []string{os.Getenv("HOLDFAST_LAB_ADDR")}, Load: src.Load,
 		TTL: baseTTL, StaleIfError: baseStaleIfError, Timeout: 100 * time.Millisecond,
-		Leases: true, // seed 000's question: one load across processes, not one per process
+		Leases: true, // the two-JVM question: one load across processes, not one per process
 	})
 	if err != nil {
 		return fail(err)

@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// The timed scenarios share issue 3's load: 200 req/s over 100 keys, a 12 ms
-// loader capped at 10 concurrent loads with no queue (seed 000's semaphore:
-// a refused load is a 503 at once), 30 s per mode with the fault in the
-// middle third. Keys are drawn from a fixed seed, so every mode sees the
-// same schedule.
+// The timed scenarios share one load: 200 req/s over 100 keys, a 12 ms loader
+// capped at 10 concurrent loads with no queue (like a product service's
+// per-pod semaphore: a refused load is a 503 at once), 30 s per mode with the
+// fault in the middle third. Keys are drawn from a fixed seed, so every mode
+// sees the same schedule.
 const (
 	baseRate     = 200.0
 	baseKeys     = 100
@@ -22,30 +22,30 @@ const (
 	// shortDuration is for scenarios whose figure does not depend on a 10 s
 	// fault window, so that the whole suite runs within 10 minutes.
 	shortDuration = 20 * time.Second
-	// A value is fresh for 5 s (seed 000's stock TTL), so keys expire and
-	// reload during every fault window; holdfast may serve it up to 30 s
-	// past that when Redis or the source fails.
+	// A value is fresh for 5 s (the stock TTL of a production product
+	// service), so keys expire and reload during every fault window; holdfast
+	// may serve it up to 30 s past that when Redis or the source fails.
 	baseTTL          = 5 * time.Second
 	baseStaleIfError = 30 * time.Second
 )
 
 func init() {
-	Register(Scenario{Name: "redis-freeze", Summary: "Redis frozen with SIGSTOP for the middle third of the run (issue 3).", Plan: redisFault("freeze")})
-	Register(Scenario{Name: "redis-kill", Summary: "Redis killed with SIGKILL for the middle third, then restarted empty (issue 3).", Plan: redisFault("kill")})
-	Register(Scenario{Name: "redis-fail-during-put", Summary: "A cold key's first load kills Redis before the SET (seed 000's double load); Redis restarted empty at the end of the window.", Plan: failDuringPut})
+	Register(Scenario{Name: "redis-freeze", Summary: "Redis frozen with SIGSTOP for the middle third of the run.", Plan: redisFault("freeze")})
+	Register(Scenario{Name: "redis-kill", Summary: "Redis killed with SIGKILL for the middle third, then restarted empty.", Plan: redisFault("kill")})
+	Register(Scenario{Name: "redis-fail-during-put", Summary: "A cold key's first load kills Redis before the SET (in Spring's cache this ran the loader twice for one request); Redis restarted empty at the end of the window.", Plan: failDuringPut})
 	Register(Scenario{Name: "db-slow", Summary: "The source's latency goes from 12 ms to 400 ms for the middle third.", Plan: dbFault("slow")})
 	Register(Scenario{Name: "db-down", Summary: "Every load fails for the middle third.", Plan: dbFault("down")})
-	Register(Scenario{Name: "stampede", Summary: "16 goroutines on one empty key with a 200 ms loader, 5 times (seed 000); 1,000 goroutines once; 16 with Redis down.", Plan: stampede})
-	Register(Scenario{Name: "hot-key", Summary: "A spike on a 3+3 Cluster: 2,000 req/s for 20 s, 80% on one key, the rest uniform over 10,000 keys (issue 6, seeds 002 and 004): hot_tier_share, node_ops_max_over_mean.", Plan: hotSpike(false)})
-	Register(Scenario{Name: "hot-key-smear", Summary: "The hot-key spike with holdfast's hot tier off: node_ops_max_over_mean from smearing alone (issue 6, seed 004).", Plan: hotSpike(true)})
-	Register(Scenario{Name: "hot-zipf", Summary: "2,000 req/s over 100,000 keys with Zipf (s = 1.1) popularity on a 3+3 Cluster (issue 6): hot_tier_share, hot_tier_key_share.", Plan: hotZipf})
-	Register(Scenario{Name: "hit-during-load", Summary: "Hits on warm keys while 1 s loads of other keys run (seed 000's one lock per cache name).", Plan: hitDuringLoad})
+	Register(Scenario{Name: "stampede", Summary: "16 goroutines on one empty key with a 200 ms loader, 5 times (Spring's cache with its default Redis writer loaded 16 times); 1,000 goroutines once; 16 with Redis down.", Plan: stampede})
+	Register(Scenario{Name: "hot-key", Summary: "A spike on a 3+3 Cluster: 2,000 req/s for 20 s, 80% on one key, the rest uniform over 10,000 keys: hot_tier_share, node_ops_max_over_mean.", Plan: hotSpike(false)})
+	Register(Scenario{Name: "hot-key-smear", Summary: "The hot-key spike with holdfast's hot tier off: node_ops_max_over_mean from smearing alone.", Plan: hotSpike(true)})
+	Register(Scenario{Name: "hot-zipf", Summary: "2,000 req/s over 100,000 keys with Zipf (s = 1.1) popularity on a 3+3 Cluster: hot_tier_share, hot_tier_key_share.", Plan: hotZipf})
+	Register(Scenario{Name: "hit-during-load", Summary: "Hits on warm keys while 1 s loads of other keys run (Spring's locking Redis writer takes one lock per cache name).", Plan: hitDuringLoad})
 	Register(Scenario{Name: "stale-set-race", Summary: "Writes (update + invalidate) racing loads: a late SET must not put an old version back (violations).", Plan: staleSetRace})
-	Register(Scenario{Name: "cross-process-stampede", Summary: "4 OS processes × 250 goroutines on one cold key, 3 times (seed 000's two JVMs).", Plan: crossProcessStampede})
-	Register(Scenario{Name: "autocomplete", Summary: "Bursts of typing, debounced on the client, over a 15 ms search; Redis frozen for the middle third (seed 001).", Plan: autocomplete})
+	Register(Scenario{Name: "cross-process-stampede", Summary: "4 OS processes × 250 goroutines on one cold key, 3 times (Spring's locking writer loaded once across two JVMs).", Plan: crossProcessStampede})
+	Register(Scenario{Name: "autocomplete", Summary: "Bursts of typing, debounced on the client, over a 15 ms search; Redis frozen for the middle third.", Plan: autocomplete})
 
-	Register(Scenario{Name: "node-freeze", Summary: "One primary of a 3+3 Cluster frozen with SIGSTOP for 10 s under 300 req/s over 3,000 keys (issue 5): first_ejection_ms, healthy_keys_p99_ratio.", Plan: nodeFreeze})
-	Register(Scenario{Name: "replica-resync", Summary: "A replica of a 3+3 Cluster restarted empty while its primary holds 200,000 keys (issue 5): unready_replica_reads.", Plan: replicaResync})
+	Register(Scenario{Name: "node-freeze", Summary: "One primary of a 3+3 Cluster frozen with SIGSTOP for 10 s under 300 req/s over 3,000 keys: first_ejection_ms, healthy_keys_p99_ratio.", Plan: nodeFreeze})
+	Register(Scenario{Name: "replica-resync", Summary: "A replica of a 3+3 Cluster restarted empty while its primary holds 200,000 keys: unready_replica_reads.", Plan: replicaResync})
 }
 
 // holdfastConfig says how the holdfast mode is set up (see NewHoldfast).
@@ -102,7 +102,7 @@ func redisFault(kind string) func(o Options) Plan {
 		d := o.length(baseDuration)
 		t := baseTraffic(d)
 		p := baseParams(d, t.Window)
-		// Issue 3: loader calls during an outage grow with keys, not
+		// The target: loader calls during an outage grow with keys, not
 		// traffic: at most keys × (1 + outage / hard TTL).
 		t.Extra = func(f *Fixture, r *ModeResult) {
 			out := t.Window[1] - t.Window[0]
@@ -131,9 +131,9 @@ func redisFault(kind string) func(o Options) Plan {
 
 // failDuringPut: every request reads one key; at the window's start the
 // traffic moves to a cold key, and the first load of that key kills Redis
-// right after the value is loaded, so its SET fails (seed 000: "a Redis
-// failure after the load, during the put, made the loader run twice for one
-// request"). Redis comes back empty at the end of the window.
+// right after the value is loaded, so its SET fails (in Spring's cache, "a
+// Redis failure after the load, during the put, made the loader run twice
+// for one request"). Redis comes back empty at the end of the window.
 func failDuringPut(o Options) Plan {
 	// 10 s, so that the window (3.3 s) ends before the cold key's soft time
 	// (4 s): any second load in it is the double load, not a refresh.

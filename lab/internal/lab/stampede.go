@@ -10,12 +10,12 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
-// stampede is seed 000's coalescing experiment: g goroutines released at
-// once on one key that is in no cache, with a 200 ms loader and no load cap,
-// so the figure is how many loads one burst causes. Naive cache-aside loads
-// once per goroutine; coalescing loads once per process. The same burst with
-// Redis down (seed 000: 16 loads for 16 requests in every combination) ends
-// the run.
+// stampede is the coalescing experiment first run on Spring's cache: g
+// goroutines released at once on one key that is in no cache, with a 200 ms
+// loader and no load cap, so the figure is how many loads one burst causes.
+// Naive cache-aside loads once per goroutine; coalescing loads once per
+// process. The same burst with Redis down (Spring's cache: 16 loads for 16
+// requests with every writer and sync setting) ends the run.
 func stampede(o Options) Plan {
 	const (
 		loader = 200 * time.Millisecond
@@ -113,5 +113,5 @@ func stampede(o Options) Plan {
 		return res, nil
 	}
 	return Plan{Params: p, Duration: d, RunMode: run,
-		Figure: "loads per burst of 16 on one empty key (seed 000: 16 naive, 1 coalesced); of 1,000; of 16 with Redis down"}
+		Figure: "loads per burst of 16 on one empty key (Spring's cache: 16 with its default Redis writer, 1 coalesced); of 1,000; of 16 with Redis down"}
 }
