@@ -349,61 +349,44 @@ func checkPostgresPlan(t *testing.T, name, p string) {
 	}
 }
 
-func BenchmarkProduct(b *testing.B) {
+// benchStores runs read in parallel on a seeded store of each database; i
+// counts each goroutine's calls.
+func benchStores(b *testing.B, read func(ctx context.Context, db *DB, i int) error) {
 	for _, f := range fixtures {
 		b.Run(f.d.name, func(b *testing.B) {
 			db := open(b, f.d, f.seeded(b), nil)
 			ctx := b.Context()
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				id := int64(1)
-				for pb.Next() {
-					if _, err := db.Product(ctx, id); err != nil {
+				for i := 0; pb.Next(); i++ {
+					if err := read(ctx, db, i); err != nil {
 						b.Fatal(err)
 					}
-					id = id%catalog.SeedSize + 1
 				}
 			})
 		})
 	}
+}
+
+func BenchmarkProduct(b *testing.B) {
+	benchStores(b, func(ctx context.Context, db *DB, i int) error {
+		_, err := db.Product(ctx, int64(i%catalog.SeedSize+1))
+		return err
+	})
 }
 
 func BenchmarkSearch(b *testing.B) {
 	prefixes := []string{"co", "pro", "midnight s", "p0012", "zz"}
-	for _, f := range fixtures {
-		b.Run(f.d.name, func(b *testing.B) {
-			db := open(b, f.d, f.seeded(b), nil)
-			ctx := b.Context()
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					if _, err := db.Search(ctx, prefixes[i%len(prefixes)], 10); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-			})
-		})
-	}
+	benchStores(b, func(ctx context.Context, db *DB, i int) error {
+		_, err := db.Search(ctx, prefixes[i%len(prefixes)], 10)
+		return err
+	})
 }
 
 func BenchmarkProducts(b *testing.B) {
-	for _, f := range fixtures {
-		b.Run(f.d.name, func(b *testing.B) {
-			db := open(b, f.d, f.seeded(b), nil)
-			ctx := b.Context()
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					q := catalog.ListQuery{Category: catalog.Categories()[i%20], Page: 1 + i%5, Sort: catalog.SortPrice}
-					if _, err := db.Products(ctx, q); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-			})
-		})
-	}
+	benchStores(b, func(ctx context.Context, db *DB, i int) error {
+		q := catalog.ListQuery{Category: catalog.Categories()[i%20], Page: 1 + i%5, Sort: catalog.SortPrice}
+		_, err := db.Products(ctx, q)
+		return err
+	})
 }

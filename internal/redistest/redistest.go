@@ -369,9 +369,14 @@ func (s *Process) Restart() error {
 			}
 		}
 	}
-	// The port was ours a moment ago; another process can still take it in
-	// between, and then Restart fails rather than moving the node (a
-	// Cluster node's address is part of the topology).
+	return s.startAgain("restart")
+}
+
+// startAgain starts the killed process again on its port. The port was ours
+// a moment ago; another process can still take it in between, and then
+// startAgain fails rather than moving the node (a Cluster node's address is
+// part of the topology).
+func (s *Process) startAgain(what string) error {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if lastErr = s.start(); lastErr == nil {
@@ -379,7 +384,7 @@ func (s *Process) Restart() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("redistest: restart %s: %w\n%s", s.Addr(), lastErr, s.logTail())
+	return fmt.Errorf("redistest: %s %s: %w\n%s", what, s.Addr(), lastErr, s.logTail())
 }
 
 // Restart is Process.Restart, failing the test on an error.

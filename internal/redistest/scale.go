@@ -53,14 +53,7 @@ func (s *Process) Start() error {
 	if running {
 		return fmt.Errorf("redistest: Start %s: the server is running", s.Addr())
 	}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		if lastErr = s.start(); lastErr == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("redistest: start %s again: %w\n%s", s.Addr(), lastErr, s.logTail())
+	return s.startAgain("start again")
 }
 
 // Start is Process.Start, failing the test on an error.
