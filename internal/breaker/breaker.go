@@ -95,7 +95,7 @@ type Settings struct {
 const (
 	DefaultConsecutiveFailures = 5
 	DefaultFailureRate         = 0.5
-	DefaultMinRequests            = 20
+	DefaultMinRequests         = 20
 	DefaultWindow              = 10 * time.Second
 	DefaultOpenTimeout         = time.Second
 	DefaultMaxOpenTimeout      = 30 * time.Second
