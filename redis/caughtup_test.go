@@ -66,7 +66,7 @@ func (l *versionLog) nextAcked(v int) time.Time {
 // older one is counted: 0. The replica must take reads again afterwards.
 func TestClusterRestartedReplicaCaughtUp(t *testing.T) {
 	skipShort(t)
-	needRedis(t)
+	redistest.Require(t)
 	cl := redistest.Cluster(t)
 	ctx := ctxT(t, 3*time.Minute)
 	raw := rawClient(t, cl.Addrs()...)
@@ -273,7 +273,7 @@ func TestClusterRestartedReplicaCaughtUp(t *testing.T) {
 // primary in its map, get MOVED and are followed.
 func TestClusterTakeoverOtherProcess(t *testing.T) {
 	skipShort(t)
-	needRedis(t)
+	redistest.Require(t)
 	cl := redistest.Cluster(t)
 	ctx := ctxT(t, 2*time.Minute)
 	raw := rawClient(t, cl.Addrs()...)

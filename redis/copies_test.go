@@ -19,7 +19,7 @@ import (
 // chosen under either map) holds a value, and reads through B never
 // return the old value.
 func TestCopiesUnderAnotherMapInvalidated(t *testing.T) {
-	mustHaveServer(t)
+	redistest.Require(t)
 	cl := redistest.Cluster(t, redistest.ClusterConfig{NodeTimeout: 30 * time.Second})
 	ctx := ctxT(t, 90*time.Second)
 	// Budgets far above any healthy call: this test is about which values
@@ -140,7 +140,7 @@ func TestCopiesUnderAnotherMapInvalidated(t *testing.T) {
 // TestInvalidateWithoutCopiesOneRoundTrip: a key that was never smeared
 // costs Invalidate no copy deletes, on a Cluster where the tier smears.
 func TestInvalidateWithoutCopiesOneRoundTrip(t *testing.T) {
-	mustHaveServer(t)
+	redistest.Require(t)
 	cl := redistest.Cluster(t)
 	ctx := ctxT(t, 30*time.Second)
 	tr := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "nc:", WriteTimeout: time.Second})

@@ -121,7 +121,7 @@ func storedValue(t *testing.T, srv *redistest.Server, full string) string {
 // the failover on their own.
 func TestClusterFailoverReadYourInvalidations(t *testing.T) {
 	skipShort(t)
-	needRedis(t)
+	redistest.Require(t)
 	for _, takeover := range []bool{false, true} {
 		t.Run(map[bool]string{false: "failover", true: "takeover"}[takeover], func(t *testing.T) {
 			cl := redistest.Cluster(t)

@@ -3,7 +3,6 @@ package redis
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,18 +12,6 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 	"github.com/holdfast-dev/holdfast/tier"
 )
-
-// mustHaveServer fails the test when redis-server or redis-cli is missing:
-// these tests prove behaviour against real servers, and a run without them
-// proves nothing.
-func mustHaveServer(t *testing.T) {
-	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s not found (scripts/install-test-deps.sh installs it): %v", bin, err)
-		}
-	}
-}
 
 // keysByPrimary returns, for each primary in tr's map, n keys (unqualified,
 // "ns:<i>") whose full key prefix+key it serves.
@@ -80,7 +67,7 @@ func (c *opCounts) String() string {
 // are then refused at once with tier.ErrBypassed. Calls for the
 // healthy primaries' keys all succeed, and reads of their keys all hit.
 func TestFrozenPrimaryKeepsBreakerClosed(t *testing.T) {
-	mustHaveServer(t)
+	redistest.Require(t)
 	// A grey node, not a failover: the cluster's own failure detection
 	// stays out of the way for the whole freeze.
 	cl := redistest.Cluster(t, redistest.ClusterConfig{NodeTimeout: 30 * time.Second})

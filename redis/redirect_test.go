@@ -20,17 +20,6 @@ import (
 // up to TopologyInterval after a reshard: only the redirects the nodes
 // answer can tell it.
 
-// needRedis fails the test, rather than skipping it, when the servers are
-// not installed: a test that cannot run must not look like one that passed.
-func needRedis(t *testing.T) {
-	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s not installed (scripts/install-test-deps.sh): %v", bin, err)
-		}
-	}
-}
-
 // staleMapTier is a tier over cl whose slot map is refreshed only when a
 // reply asks for it (TopologyInterval of an hour), and whose reads spread
 // over primaries and replicas whatever it wrote (PrimaryAfterWrite off).
@@ -195,7 +184,7 @@ func anotherPrimary(t *testing.T, tr *Tier, cl *redistest.RedisCluster, addr str
 func slotFixture(t *testing.T, prefix string, sizes ...int) (cl *redistest.RedisCluster, tr *Tier, from *redistest.Server, keys [][]string) {
 	t.Helper()
 	skipShort(t)
-	needRedis(t)
+	redistest.Require(t)
 	cl = redistest.Cluster(t)
 	probe := newTier(t, Options{Addrs: cl.Addrs()[:1]})
 	src := probe.nodes.primaryFor(0).addr

@@ -65,7 +65,7 @@ func flushScripts(t *testing.T, servers ...*redistest.Server) {
 // the tier's scripts still run (EVALSHA answered NOSCRIPT is sent again as
 // EVAL), and the tier never sends SCRIPT LOAD.
 func TestScriptsAfterFlushStandalone(t *testing.T) {
-	mustHaveServer(t)
+	redistest.Require(t)
 	srv := redistest.Standalone(t)
 	ctx := ctxT(t, 30*time.Second)
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, WriteTimeout: time.Second, ReadBudget: time.Second})
@@ -88,7 +88,7 @@ func TestScriptsAfterFlushStandalone(t *testing.T) {
 // TestScriptsAfterFlushCluster: the same on a 3 + 3 Cluster, with keys on
 // every primary and copies of smeared keys on the others.
 func TestScriptsAfterFlushCluster(t *testing.T) {
-	mustHaveServer(t)
+	redistest.Require(t)
 	cl := redistest.Cluster(t)
 	ctx := ctxT(t, 60*time.Second)
 	tr := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "sf:", WriteTimeout: time.Second, ReadBudget: time.Second})
@@ -168,7 +168,7 @@ func tryAgains(t *testing.T, srv *redistest.Server) int {
 // once the migration finishes within it. TRYAGAIN says the node is
 // healthy, so neither the node nor the tier's breaker counts it.
 func TestScriptTryAgainDuringMigration(t *testing.T) {
-	mustHaveServer(t)
+	redistest.Require(t)
 	cl := redistest.Cluster(t, redistest.ClusterConfig{NodeTimeout: 30 * time.Second})
 	ctx := ctxT(t, 60*time.Second)
 	const write = 400 * time.Millisecond
