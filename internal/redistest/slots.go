@@ -148,7 +148,19 @@ func (c *RedisCluster) Failover(ctx context.Context, replica *Server, takeover b
 	if _, err := replica.CLI(ctx, args...); err != nil {
 		return nil, err
 	}
+	// A manual failover (without TAKEOVER) gives up after Redis's own
+	// 5 s manual-failover timeout when the replica cannot reach its
+	// primary's offset in time — a replica still in the full resync that
+	// follows an earlier TAKEOVER, say. Ask again every 6 s until the
+	// caller's deadline, as an operator would.
+	asked := time.Now()
 	err = poll(ctx, func(ctx context.Context) error {
+		if !takeover && time.Since(asked) > 6*time.Second {
+			if info, err := replica.Info(ctx, "replication"); err == nil && info["role"] == "slave" {
+				_, _ = replica.CLI(ctx, args...)
+				asked = time.Now()
+			}
+		}
 		for _, x := range []struct {
 			s    *Server
 			role string
