@@ -1,8 +1,6 @@
 package holdfast
 
 import (
-	"time"
-
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -21,17 +19,6 @@ type meta struct {
 	// not known (a value read from the shared tier). It never leaves the
 	// process.
 	ver uint64
-}
-
-func (m *meta) entry() tier.Entry {
-	return tier.Entry{
-		Value:    m.value,
-		Origin:   time.Unix(0, m.origin),
-		Soft:     time.Unix(0, m.soft),
-		Hard:     time.Unix(0, m.hard),
-		LoadCost: time.Duration(m.costUsec) * time.Microsecond,
-		Negative: m.negative,
-	}
 }
 
 // decodeMeta decodes an envelope (tier.DecodeEntry) into the form the

@@ -113,14 +113,16 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Resul
 		n.finish(j)
 		return Result{}, ErrClosed
 	}
-	// The lookup ignores ctx's cancellation (joiners depend on it) but
-	// needs none of its values: the tier bounds it by its read budget.
-	n.lookupOne(n.c.ctx, j)
+	// The lookup keeps ctx's values but not its cancellation: joiners
+	// depend on it, and the tier bounds it by its read budget (an
+	// uncancellable context also lets the Redis tier share one deadline
+	// among the reads of a millisecond).
+	detached := context.WithoutCancel(ctx)
+	n.lookupOne(detached, j)
 	if j.done {
 		n.finish(j)
 		return j.out.res, j.out.err
 	}
-	detached := context.WithoutCancel(ctx)
 	if !n.c.goOwned(func() { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
