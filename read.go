@@ -107,10 +107,13 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Resul
 		n.ctr.inc(evCoalesced)
 		return n.wait(ctx, f, true)
 	}
-	j := &job{key: key, f: f}
+	// The job lives on this goroutine's stack through the lookup, which
+	// answers most flights (a shared-tier hit); only a load moves it to the
+	// heap, for the goroutine that runs the load.
+	jv := job{key: key, f: f}
 	if n.c.closed.Load() {
-		j.out.err = ErrClosed
-		n.finish(j)
+		jv.out.err = ErrClosed
+		n.finish(&jv)
 		return Result{}, ErrClosed
 	}
 	// The lookup keeps ctx's values but not its cancellation: joiners
@@ -118,11 +121,13 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Resul
 	// uncancellable context also lets the Redis tier share one deadline
 	// among the reads of a millisecond).
 	detached := context.WithoutCancel(ctx)
-	n.lookupOne(detached, j)
-	if j.done {
-		n.finish(j)
-		return j.out.res, j.out.err
+	n.lookupOne(detached, &jv)
+	if jv.done {
+		n.finish(&jv)
+		return jv.out.res, jv.out.err
 	}
+	j := new(job)
+	*j = jv
 	if !n.c.goOwned(func() { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
