@@ -21,31 +21,39 @@ func newLimiter(n int, wait time.Duration) *limiter {
 	return &limiter{slots: make(chan struct{}, n), wait: wait}
 }
 
-// acquire takes a slot, waiting at most l.wait (and never past ctx), and
-// reports whether it got one. A nil limiter always admits. A refresh never
-// waits and never takes the last quarter of the slots (rounded down), which
-// are kept for loads whose readers have nothing else to be served.
-func (l *limiter) acquire(ctx context.Context, refresh bool) bool {
+// admission is how a load asks for a slot.
+type admission int
+
+const (
+	// admitWait: the load's readers have nothing else to be served; it
+	// waits up to the limiter's wait for a slot.
+	admitWait admission = iota
+	// admitNow: the readers can be served a stale value instead, so the
+	// load takes a free slot or gives up at once rather than make them
+	// wait behind a busy source.
+	admitNow
+	// admitRefresh: a refresh whose readers were served already; it never
+	// takes the last quarter of the slots.
+	admitRefresh
+)
+
+// acquire takes a slot as mode says and reports whether it got one. A nil
+// limiter always admits. Only admitWait waits, at most l.wait and never
+// past ctx; admitRefresh leaves the last quarter of the slots (rounded
+// down) to loads whose readers have nothing else to be served.
+func (l *limiter) acquire(ctx context.Context, mode admission) bool {
 	if l == nil {
 		return true
 	}
-	if refresh {
-		if cap(l.slots)-len(l.slots) <= cap(l.slots)/4 {
-			return false
-		}
-		select {
-		case l.slots <- struct{}{}:
-			return true
-		default:
-			return false
-		}
+	if mode == admitRefresh && cap(l.slots)-len(l.slots) <= cap(l.slots)/4 {
+		return false
 	}
 	select {
 	case l.slots <- struct{}{}:
 		return true
 	default:
 	}
-	if l.wait <= 0 {
+	if l.wait <= 0 || mode != admitWait {
 		return false
 	}
 	t := time.NewTimer(l.wait)

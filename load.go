@@ -99,7 +99,14 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	if len(toLoad) == 0 {
 		return
 	}
-	if !n.acquire(ctx, refresh) {
+	mode := admitWait
+	switch {
+	case refresh:
+		mode = admitRefresh
+	case n.allCanBeServedStale(toLoad):
+		mode = admitNow
+	}
+	if !n.acquire(ctx, mode) {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
 		for _, j := range toLoad {
 			res, err := n.failed(j.f, j.key, j.fallback, &loadError{n.name, j.key, ErrOverloaded})
@@ -318,13 +325,8 @@ func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Re
 // (stale-while-revalidate) or its stale-if-error window.
 func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) {
 	now := n.exactNow()
-	best := fallback
-	if n.lkg != nil {
-		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {
-			best = m
-		}
-	}
-	if best == nil || now >= best.hard+int64(n.p.StaleIfError) {
+	best := n.bestStale(key, fallback, now)
+	if best == nil {
 		return Result{}, false
 	}
 	if now < best.hard {
@@ -341,18 +343,44 @@ func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) 
 	return res, true
 }
 
-// acquire takes a load slot from the namespace's limiter and the Cache's.
-// A refresh (its readers already have a value) takes one only while more
-// than a quarter of each limiter's slots are free: refreshes must not take
-// the slots of readers who have nothing to serve, as they did while a slow
-// database held every slot with refreshes.
-func (n *Namespace) acquire(ctx context.Context, refresh bool) bool {
-	if !n.limit.acquire(ctx, refresh) {
+// bestStale is the newest value of key still allowed at now when fresh
+// data cannot be had: the shared tier's fallback or last-known-good, within
+// its hard time plus StaleIfError; nil if none.
+func (n *Namespace) bestStale(key string, fallback *meta, now int64) *meta {
+	best := fallback
+	if n.lkg != nil {
+		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {
+			best = m
+		}
+	}
+	if best == nil || now >= best.hard+int64(n.p.StaleIfError) {
+		return nil
+	}
+	return best
+}
+
+// acquire takes a load slot from the namespace's limiter and the Cache's,
+// as mode says (see admission).
+func (n *Namespace) acquire(ctx context.Context, mode admission) bool {
+	if !n.limit.acquire(ctx, mode) {
 		return false
 	}
-	if !n.c.limit.acquire(ctx, refresh) {
+	if !n.c.limit.acquire(ctx, mode) {
 		n.limit.release()
 		return false
+	}
+	return true
+}
+
+// allCanBeServedStale reports whether every job's readers could be served a
+// stale value if its load were refused: then a busy source refuses at once
+// instead of making them wait for a slot.
+func (n *Namespace) allCanBeServedStale(js []*job) bool {
+	now := n.exactNow()
+	for _, j := range js {
+		if n.bestStale(j.key, j.fallback, now) == nil {
+			return false
+		}
 	}
 	return true
 }

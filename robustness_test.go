@@ -414,3 +414,26 @@ func TestPastHardSharedValueKeptForStaleIfError(t *testing.T) {
 		}
 	}
 }
+
+// A load whose readers can be served a stale value never waits for a slot:
+// with the source busy it is refused at once and the stale value is served,
+// while a cold key (nothing to serve) waits its LoadWait turn.
+func TestStaleReadersDoNotWaitForASlot(t *testing.T) {
+	clk := fakeclock.New(t0)
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: 10 * time.Second, Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, LoadErrorBackoff: -1})
+	mustGet(t, ns, "warm", &countingLoader{})
+	clk.Advance(2 * time.Second) // past hard, within stale-if-error
+	gate := make(chan struct{})
+	defer close(gate)
+	go ns.Get(context.Background(), "busy", &countingLoader{gate: gate})
+	eventually(t, "the only slot to be taken", func() bool { return c.LoadsInFlight() == 1 })
+	start := time.Now()
+	res, err := ns.Get(context.Background(), "warm", &countingLoader{})
+	if err != nil || res.Source != holdfast.SourceStaleOnError {
+		t.Fatalf("got %v, %v; want the stale value", res.Source, err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Fatalf("a read with a stale value waited %v for a slot", waited)
+	}
+}
