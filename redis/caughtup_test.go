@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -293,17 +292,7 @@ func TestClusterTakeoverOtherProcess(t *testing.T) {
 	if err := cl.WaitHealthy(ctx); err != nil { // the replica has the old values
 		t.Fatal(err)
 	}
-	replica, err := cl.ReplicaOf(ctx, old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.BlockSync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = old.UnblockSync(context.Background()) })
-	if demoted, err := cl.Failover(ctx, replica, true); err != nil || demoted != old {
-		t.Fatalf("takeover: %v (demoted %v, want %s)", err, demoted, p)
-	}
+	replica := failOverBlocked(t, ctx, cl, old, true)
 	// Another process deletes the keys on the new primary and writes new
 	// values; this one has not written them.
 	writer := rawClient(t, cl.Addrs()...)

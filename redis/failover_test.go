@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 	"github.com/holdfast-dev/holdfast/tier"
@@ -90,25 +88,40 @@ func (w *writer) read(ctx context.Context) {
 	}
 }
 
-// storedValue is the value of key in srv's copy, read the way the tier's
-// node connections read (READONLY), or "" when srv has none.
+// storedValue is the value in the envelope stored under full in srv's copy,
+// read the way the tier's node connections read (READONLY), or "" when srv
+// has none.
 func storedValue(t *testing.T, srv *redistest.Server, full string) string {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rs := c.DoMulti(ctxT(t, 5*time.Second), c.B().Readonly().Build(), c.B().Get().Key(full).Build())
-	b, err := rs[1].AsBytes()
-	if err != nil {
+	raw := storedRaw(t, srv, full)
+	if raw == "" {
 		return ""
 	}
-	e, err := tier.DecodeEntry(b)
+	e, err := tier.DecodeEntry([]byte(raw))
 	if err != nil {
 		t.Fatalf("%s on %s: %v", full, srv.Addr(), err)
 	}
 	return string(e.Value)
+}
+
+// failOverBlocked fails old over to one of its replicas (CLUSTER FAILOVER,
+// or TAKEOVER) with old's resync blocked, so that the demoted node keeps the
+// data it had, as it does until a full resync begins. It returns the
+// promoted replica.
+func failOverBlocked(t *testing.T, ctx context.Context, cl *redistest.RedisCluster, old *redistest.Server, takeover bool) *redistest.Server {
+	t.Helper()
+	replica, err := cl.ReplicaOf(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.BlockSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.UnblockSync(context.Background()) })
+	if demoted, err := cl.Failover(ctx, replica, takeover); err != nil || demoted != old {
+		t.Fatalf("failover (takeover %v): %v (demoted %v, want %s)", takeover, err, demoted, old.Addr())
+	}
+	return replica
 }
 
 // TestClusterFailoverReadYourInvalidations: a process writes v1 through
@@ -149,17 +162,7 @@ func TestClusterFailoverReadYourInvalidations(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
-			replica, err := cl.ReplicaOf(ctx, old)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := old.BlockSync(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = old.UnblockSync(context.Background()) })
-			if demoted, err := cl.Failover(ctx, replica, takeover); err != nil || demoted != old {
-				t.Fatalf("failover: %v (demoted %v, want %s)", err, demoted, p)
-			}
+			failOverBlocked(t, ctx, cl, old, takeover)
 			for _, w := range writers {
 				w.version.Store(2)
 				if err := w.ns.Invalidate(ctx, w.key); err != nil {
