@@ -582,7 +582,8 @@ func TestClusterReplicaRestartedEmpty(t *testing.T) {
 // 0 errors through the failover (its replica is not ready once its link is
 // down, so those reads are bypassed to last-known-good at once); the
 // promoted replica shows up as a primary in the tier's map without a
-// restart and serves reads and writes of the slots.
+// restart and serves reads and writes of the slots, writes from the moment
+// it shows up.
 func TestClusterPrimaryKilled(t *testing.T) {
 	skipShort(t)
 	cl := redistest.Cluster(t, redistest.ClusterConfig{NodeTimeout: time.Second})
@@ -632,6 +633,12 @@ func TestClusterPrimaryKilled(t *testing.T) {
 			t.Fatalf("failover not seen within 30 s: heir %+v", nodeStat(tr, heir))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// A write as soon as the tier's map names the promoted replica goes
+	// there: writes follow the map reads follow, not rueidis's own, which
+	// refreshes on its own errors and timer.
+	if err := tr.Set(ctx, tier.Item{Key: "nf:k0", Value: []byte("at-once"), TTL: time.Minute}); err != nil {
+		t.Fatalf("write as the map changed: %v", err)
 	}
 	time.Sleep(time.Second)
 	close(stop)

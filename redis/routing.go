@@ -147,14 +147,7 @@ func (t *Tier) nodeGuarded(n *node) bool {
 // map is behind the cluster, and the command has to go elsewhere.
 func isRedirect(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
-	if !ok {
-		return false
-	}
-	if _, moved := re.IsMoved(); moved {
-		return true
-	}
-	_, ask := re.IsAsk()
-	return ask || re.IsTryAgain()
+	return ok && (movedOrAsk(err) || re.IsTryAgain())
 }
 
 // clusterAnswer reports a reply by which a node says the cluster is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -198,10 +199,10 @@ func (t *Tier) toPrimaries(ctx context.Context, timeout time.Duration, cmds []co
 		return results, nil
 	}
 	if len(batches) == 1 && !t.guarded() {
-		batches[0].ch <- send(cctx, t.client, batches[0].cmds)
+		batches[0].ch <- t.sendBatch(cctx, batches[0])
 	} else {
 		for _, b := range batches {
-			if !t.goOwned(func() { b.ch <- send(cctx, t.client, b.cmds) }) {
+			if !t.goOwned(func() { b.ch <- t.sendBatch(cctx, b) }) {
 				b.ch <- errorResults(len(b.cmds), errClosed)
 			}
 		}
@@ -210,25 +211,35 @@ func (t *Tier) toPrimaries(ctx context.Context, timeout time.Duration, cmds []co
 	var first error // without per-node health
 	for _, b := range batches {
 		var rs []rueidis.RedisResult
+		var rerouted []int // read only once sendBatch has answered
 		select {
 		case rs = <-b.ch:
+			rerouted = b.rerouted
 		case <-cctx.Done():
 			rs = errorResults(len(b.cmds), cctx.Err())
 		}
 		for j, i := range b.idx {
 			results[i] = rs[j]
 		}
-		// One outcome per primary per call: a pipeline that timed out on
-		// a node is one failure of that node, not one per command.
-		err := worstErr(ctx, rs)
 		if t.nodes == nil {
-			first = err
+			first = worstErr(ctx, rs)
 			continue
+		}
+		// One outcome per primary per call: a pipeline that timed out on
+		// a node is one failure of that node, not one per command. What
+		// went again through rueidis's routing after a redirect is the
+		// tier's alone.
+		nodeRs, routedRs := rs, []rueidis.RedisResult(nil)
+		if len(rerouted) > 0 {
+			nodeRs, routedRs = split(rs, rerouted)
 		}
 		if b.n != nil {
 			b.n.requests.add(len(b.cmds))
 		}
-		o = worse(o, t.nodeOutcome(ctx, b.n, err))
+		o = worse(o, t.nodeOutcome(ctx, b.n, worstErr(ctx, nodeRs)))
+		if routedRs != nil {
+			o = worse(o, t.nodeOutcome(ctx, nil, worstErr(ctx, routedRs)))
+		}
 	}
 	if t.nodes == nil {
 		t.end(ctx, gen, first)
@@ -245,6 +256,70 @@ type primaryBatch struct {
 	idx  []int // positions in the call
 	cmds []command
 	ch   chan []rueidis.RedisResult
+
+	// rerouted is set by sendBatch before it sends on ch: the positions
+	// in cmds that n redirected and that went again through rueidis's
+	// routing.
+	rerouted []int
+}
+
+// sendBatch sends b's commands to b's primary over its connection without
+// READONLY, so that writes go where the map that routes reads says: after
+// a failover the Tier's map names the promoted replica within a
+// TopologyInterval, while rueidis's Cluster client refreshes its own map
+// only on its own errors and timer, and could keep sending writes to the
+// dead primary after reads had moved on. Commands the node answers MOVED
+// or ASK (the map is behind the cluster) go again through rueidis's
+// Cluster client, which follows redirects, and the Tier's map is
+// refreshed; a TRYAGAIN has had its retries in send already. Without a node (a
+// standalone server, or a slot the map lacks) everything goes through
+// rueidis's routing.
+func (t *Tier) sendBatch(ctx context.Context, b *primaryBatch) []rueidis.RedisResult {
+	if b.n == nil {
+		return send(ctx, t.client, b.cmds)
+	}
+	rs := send(ctx, noteWrites{Client: b.n.asPrimary, s: t.nodes}, b.cmds)
+	for i, r := range rs {
+		if movedOrAsk(r.Error()) {
+			b.rerouted = append(b.rerouted, i)
+		}
+	}
+	if len(b.rerouted) == 0 {
+		return rs
+	}
+	t.nodes.kickTopology()
+	again := make([]command, len(b.rerouted))
+	for j, i := range b.rerouted {
+		again[j] = b.cmds[i]
+	}
+	for j, r := range send(ctx, t.client, again) {
+		rs[b.rerouted[j]] = r
+	}
+	return rs
+}
+
+// movedOrAsk reports a MOVED or ASK reply.
+func movedOrAsk(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	_, moved := re.IsMoved()
+	_, ask := re.IsAsk()
+	return moved || ask
+}
+
+// split returns the results of rs not at the positions in at, and those
+// at them.
+func split(rs []rueidis.RedisResult, at []int) (rest, picked []rueidis.RedisResult) {
+	for i, r := range rs {
+		if slices.Contains(at, i) {
+			picked = append(picked, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return rest, picked
 }
 
 // byPrimary splits cmds into one batch per primary, setting the results of
