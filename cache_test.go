@@ -594,6 +594,43 @@ func TestLimiterBoundedWait(t *testing.T) {
 	}
 }
 
+// When no slot has come free for LoadWait (the source cannot keep up, as
+// opposed to a burst), a load waits only briefly before it is refused; once
+// slots come free again, loads wait their turn as before.
+func TestLimiterQueuesLessWhenTheSourceCannotKeepUp(t *testing.T) {
+	const wait = time.Second
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: wait})
+	ns := newNS(t, c, "product", holdfast.Policy{})
+	stuck := &countingLoader{gate: make(chan struct{})}
+	go ns.Get(context.Background(), "a", stuck)
+	eventually(t, "the first load", func() bool { return c.LoadsInFlight() == 1 })
+	time.Sleep(wait + 100*time.Millisecond) // no slot comes free for longer than LoadWait
+
+	start := time.Now()
+	_, err := ns.Get(context.Background(), "b", &countingLoader{})
+	refusedIn := time.Since(start)
+	if !errors.Is(err, holdfast.ErrOverloaded) {
+		t.Fatalf("a load behind a stuck source: err = %v, want ErrOverloaded", err)
+	}
+	if refusedIn > wait/2 {
+		t.Fatalf("refused after %v: a load behind a source that cannot keep up waited as if for a burst (LoadWait %v)", refusedIn, wait)
+	}
+
+	close(stuck.gate) // the source keeps up again
+	eventually(t, "the slot to free", func() bool { return c.LoadsInFlight() == 0 })
+	mustGet(t, ns, "c", &countingLoader{})
+	slow := &countingLoader{gate: make(chan struct{})}
+	go ns.Get(context.Background(), "d", slow)
+	eventually(t, "the next load", func() bool { return c.LoadsInFlight() == 1 })
+	done := make(chan error, 1)
+	go func() { _, err := ns.Get(context.Background(), "e", &countingLoader{}); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	close(slow.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("a load that may wait its turn again got %v", err)
+	}
+}
+
 func TestNamespaceLimit(t *testing.T) {
 	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 10})
 	ns := newNS(t, c, "list", holdfast.Policy{MaxConcurrentLoads: 1})

@@ -29,10 +29,12 @@ type Options struct {
 
 	// LoadWait is how long a load may wait for a free slot before it is
 	// rejected. Default 250 ms: a burst of a few dozen cold keys (a deploy,
-	// a mass invalidation) waits its turn rather than fail, while a
-	// saturated database still gets a prompt "no". NoLoadWait rejects at
-	// once, with no queue at all. Background refreshes never wait: their
-	// readers already have a value.
+	// a mass invalidation) waits its turn rather than fail. Once no slot
+	// has come free to waiting loads for LoadWait, the source is saturated
+	// rather than bursting, and a load waits at most 10 ms: a queue in
+	// front of a database that cannot keep up only delays the answer "no".
+	// NoLoadWait rejects at once, with no queue at all. Loads whose readers
+	// can be served a stale value, and background refreshes, never wait.
 	LoadWait time.Duration
 
 	// Clock tells the time. Default: the system clock, read every
