@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -643,6 +644,47 @@ func TestNamespaceLimit(t *testing.T) {
 		t.Fatalf("namespace over its cap: err = %v, want ErrOverloaded", err)
 	}
 	mustGet(t, other, "b", &countingLoader{}) // other namespaces are not held back
+}
+
+// A namespace's reserved load slots keep its misses loading while another
+// namespace's flood of misses holds every cache-wide slot.
+func TestReservedLoadsSurviveAnotherNamespacesFlood(t *testing.T) {
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2, LoadWait: holdfast.NoLoadWait})
+	search := newNS(t, c, "search", holdfast.Policy{})
+	product := newNS(t, c, "product", holdfast.Policy{ReservedLoads: 1})
+	stock := newNS(t, c, "stock", holdfast.Policy{})
+	flood := &countingLoader{gate: make(chan struct{})}
+	defer close(flood.gate)
+	for _, k := range []string{"a", "b"} {
+		go search.Get(context.Background(), k, flood)
+	}
+	eventually(t, "the flood to hold every cache-wide slot", func() bool { return c.LoadsInFlight() == 2 })
+
+	if _, err := stock.Get(context.Background(), "1", &countingLoader{}); !errors.Is(err, holdfast.ErrOverloaded) {
+		t.Fatalf("a namespace without a reservation: err = %v, want ErrOverloaded", err)
+	}
+	for i := range 3 { // one at a time: the one reserved slot comes back each time
+		mustGet(t, product, fmt.Sprint(i), &countingLoader{})
+	}
+	if st := product.Stats(); st.Rejected != 0 || st.Loads != 3 {
+		t.Fatalf("product: %d rejected, %d loads; want 0 and 3", st.Rejected, st.Loads)
+	}
+	slow := &countingLoader{gate: make(chan struct{})}
+	go product.Get(context.Background(), "held", slow)
+	eventually(t, "the reserved slot to be taken", func() bool { return slow.calls.Load() == 1 })
+	if _, err := product.Get(context.Background(), "more", &countingLoader{}); !errors.Is(err, holdfast.ErrOverloaded) {
+		t.Fatalf("past its reservation with the cache-wide slots taken: err = %v, want ErrOverloaded", err)
+	}
+	close(slow.gate)
+}
+
+func TestReservedLoadsWithinTheNamespaceCap(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	for _, p := range []holdfast.Policy{{ReservedLoads: -1}, {MaxConcurrentLoads: 2, ReservedLoads: 3}} {
+		if _, err := c.Namespace("bad", p); err == nil || !strings.Contains(err.Error(), "ReservedLoads") {
+			t.Errorf("%+v: err = %v, want one naming ReservedLoads", p, err)
+		}
+	}
 }
 
 func TestGetManyBatchesAndCoalesces(t *testing.T) {

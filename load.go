@@ -106,7 +106,8 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	case n.allCanBeServedStale(toLoad):
 		mode = admitNow
 	}
-	if !n.acquire(ctx, mode) {
+	release := n.acquire(ctx, mode)
+	if release == nil {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
 		for _, j := range toLoad {
 			res, err := n.failed(j.f, j.key, j.fallback, &loadError{n.name, j.key, ErrOverloaded})
@@ -125,7 +126,7 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	defer cancel()
 	defer context.AfterFunc(n.c.ctx, cancel)()
 	start := n.c.clock.Now()
-	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return src.load(ctx, keys) }, n.release)
+	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return src.load(ctx, keys) }, release)
 	lo := n.loadOutcome(lctx, start, err)
 	var writes []tier.Item
 	var vers []version
@@ -359,17 +360,27 @@ func (n *Namespace) bestStale(key string, fallback *meta, now int64) *meta {
 	return best
 }
 
-// acquire takes a load slot from the namespace's limiter and the Cache's,
-// as mode says (see admission).
-func (n *Namespace) acquire(ctx context.Context, mode admission) bool {
+// acquire takes a load slot as mode says (see admission): one of the
+// namespace's cap, if any, and then one of its reserved slots if one is
+// free, else one of the Cache's. It returns the function that gives them
+// back, or nil when the load is refused.
+func (n *Namespace) acquire(ctx context.Context, mode admission) (release func()) {
 	if !n.limit.acquire(ctx, mode) {
-		return false
+		return nil
+	}
+	if n.reserved != nil && n.reserved.acquire(ctx, mode) {
+		return n.releaseReserved
 	}
 	if !n.c.limit.acquire(ctx, mode) {
 		n.limit.release()
-		return false
+		return nil
 	}
-	return true
+	return n.release
+}
+
+func (n *Namespace) releaseReserved() {
+	n.reserved.release()
+	n.limit.release()
 }
 
 // allCanBeServedStale reports whether every job's readers could be served a

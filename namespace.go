@@ -24,12 +24,15 @@ type Namespace struct {
 	lkg     *local.Store[meta] // nil when StaleIfError is 0
 	flights *flightGroup
 	limit   *limiter // this namespace's own cap, or nil
-	ctr     *counters
-	pending pendingDeletes
-	recent  recentInvalidations
-	coord   tier.Coordinator // the shared tier, when it coordinates processes
-	hotKeys *hotkey.Detector // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
-	smear   tier.Smearer     // the shared tier, when it smears hot keys
+	// reserved is the slots only this namespace's loads take, before the
+	// Cache's (Policy.ReservedLoads), or nil.
+	reserved *limiter
+	ctr      *counters
+	pending  pendingDeletes
+	recent   recentInvalidations
+	coord    tier.Coordinator // the shared tier, when it coordinates processes
+	hotKeys  *hotkey.Detector // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
+	smear    tier.Smearer     // the shared tier, when it smears hot keys
 	// sharedHot is the hot set every process published (Hot.Share).
 	sharedHot atomic.Pointer[sharedHotSet]
 	backoff   *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
@@ -37,13 +40,14 @@ type Namespace struct {
 
 func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	n := &Namespace{
-		c:       c,
-		name:    name,
-		prefix:  name + ":",
-		p:       p,
-		flights: newFlightGroup(),
-		limit:   newLimiter(p.MaxConcurrentLoads, c.opts.LoadWait),
-		ctr:     newCounters(),
+		c:        c,
+		name:     name,
+		prefix:   name + ":",
+		p:        p,
+		flights:  newFlightGroup(),
+		limit:    newLimiter(p.MaxConcurrentLoads, c.opts.LoadWait),
+		reserved: newLimiter(p.ReservedLoads, NoLoadWait),
+		ctr:      newCounters(),
 	}
 	if n.p.Hot.Keys == HotAuto {
 		n.p.Hot.Keys = HotAll

@@ -111,6 +111,15 @@ type Policy struct {
 	// cache-wide cap. Default 0: only the cache-wide cap applies.
 	MaxConcurrentLoads int
 
+	// ReservedLoads is load slots of this namespace's own, taken before
+	// the cache-wide ones (Options.MaxConcurrentLoads), so that a flood
+	// of misses in another namespace (unique search prefixes, say) cannot
+	// take every slot and leave this one's readers with ErrOverloaded. The
+	// process then runs at most Options.MaxConcurrentLoads plus every
+	// namespace's ReservedLoads loads at once. Within MaxConcurrentLoads
+	// when that is set. Default 0: none.
+	ReservedLoads int
+
 	// Lease coalesces this namespace's loads across processes through the
 	// shared tier, when it is a tier.Coordinator.
 	Lease LeasePolicy
@@ -328,6 +337,9 @@ func (p Policy) withDefaults() (Policy, error) {
 	}
 	if p.MaxConcurrentLoads < 0 {
 		bad("MaxConcurrentLoads %d is negative", p.MaxConcurrentLoads)
+	}
+	if p.ReservedLoads < 0 || (p.MaxConcurrentLoads > 0 && p.ReservedLoads > p.MaxConcurrentLoads) {
+		bad("ReservedLoads %d is negative or over MaxConcurrentLoads %d", p.ReservedLoads, p.MaxConcurrentLoads)
 	}
 	if p.Lease.TTL < 0 || p.Lease.Poll < 0 {
 		bad("Lease.TTL %v or Lease.Poll %v is negative", p.Lease.TTL, p.Lease.Poll)
