@@ -12,6 +12,9 @@
 //	if _, err := holdfastprom.Register(prometheus.DefaultRegisterer, cache); err != nil {
 //		return err
 //	}
+//
+// Keys never become label values unless asked for (Options.HotKeyLabels):
+// a key is whatever the application built it from, user input included.
 package holdfastprom
 
 import (
@@ -28,8 +31,29 @@ type Exporter struct {
 	loadSeconds *prom.HistogramVec
 	inFlight    *prom.Desc
 	hotKeyRate  *prom.Desc
+	hottestRate *prom.Desc
 	capability  *prom.Desc
 	cache       *holdfast.Cache
+	keyLabels   map[string]bool // namespaces in Options.HotKeyLabels
+}
+
+// Options configures an Exporter. The zero value means the defaults.
+type Options struct {
+	// HotKeyLabels names the namespaces whose hottest keys (at most
+	// MaxHotKeyLabels each) are exported with the key as a label value, in
+	// holdfast_hot_key_reads_per_second{namespace,key}. Default none.
+	//
+	// It is opt-in because a key is whatever the application built it
+	// from. In a namespace keyed by user input (search queries, say) the
+	// label values would copy what users typed into the monitoring system,
+	// where everyone who reads the dashboards sees it and retention keeps
+	// it for months, and every key that turns hot starts a series of its
+	// own. Name only namespaces whose keys are neither user input nor
+	// personal (product ids, say). Every namespace reports the rate of its
+	// hottest key without the key, in
+	// holdfast_hottest_key_reads_per_second{namespace}, which is enough to
+	// alert on; which key it is belongs to an operator-only page.
+	HotKeyLabels []string
 }
 
 var (
@@ -106,7 +130,12 @@ const MaxHotKeyLabels = 10
 // taken over silently) or when reg refuses the metrics (reg exports another
 // cache's already: give each cache its own registry).
 func Register(reg prom.Registerer, c *holdfast.Cache) (*Exporter, error) {
-	e := newExporter(c)
+	return RegisterWith(reg, c, Options{})
+}
+
+// RegisterWith is Register with options.
+func RegisterWith(reg prom.Registerer, c *holdfast.Cache, o Options) (*Exporter, error) {
+	e := newExporter(c, o)
 	if err := reg.Register(e); err != nil {
 		return nil, fmt.Errorf("holdfastprom: register: %w", err)
 	}
@@ -117,9 +146,14 @@ func Register(reg prom.Registerer, c *holdfast.Cache) (*Exporter, error) {
 	return e, nil
 }
 
-func newExporter(c *holdfast.Cache) *Exporter {
+func newExporter(c *holdfast.Cache, o Options) *Exporter {
+	keyLabels := map[string]bool{}
+	for _, ns := range o.HotKeyLabels {
+		keyLabels[ns] = true
+	}
 	return &Exporter{
-		cache: c,
+		cache:     c,
+		keyLabels: keyLabels,
 		loadSeconds: prom.NewHistogramVec(prom.HistogramOpts{
 			Name: "holdfast_load_duration_seconds",
 			Help: "Loader call latency by namespace and outcome (ok, not_found, error, timeout, panic).",
@@ -131,8 +165,11 @@ func newExporter(c *holdfast.Cache) *Exporter {
 			"1 when the namespace uses the shared tier's capability (versions, leases, smearing, hot_sharing), else 0.",
 			[]string{"namespace", "capability"}, nil),
 		hotKeyRate: prom.NewDesc("holdfast_hot_key_reads_per_second",
-			"Estimated read rate of the hottest keys, at most MaxHotKeyLabels per namespace (bounded label cardinality).",
+			"Estimated read rate of the hottest keys, at most MaxHotKeyLabels per namespace, of the namespaces in Options.HotKeyLabels only.",
 			[]string{"namespace", "key"}, nil),
+		hottestRate: prom.NewDesc("holdfast_hottest_key_reads_per_second",
+			"Estimated read rate of the namespace's hottest key (0 when none is hot); the key itself is not a label.",
+			[]string{"namespace"}, nil),
 	}
 }
 
@@ -148,6 +185,7 @@ func (e *Exporter) Describe(ch chan<- *prom.Desc) {
 	}
 	ch <- e.inFlight
 	ch <- e.hotKeyRate
+	ch <- e.hottestRate
 	ch <- e.capability
 	e.loadSeconds.Describe(ch)
 }
@@ -173,6 +211,14 @@ func (e *Exporter) Collect(ch chan<- prom.Metric) {
 		}
 		ch <- prom.MustNewConstMetric(e.inFlight, prom.GaugeValue, float64(c.LoadsInFlight()))
 		for ns, keys := range c.HotKeys() {
+			hottest := 0.0
+			if len(keys) > 0 {
+				hottest = keys[0].Rate // fastest first
+			}
+			ch <- prom.MustNewConstMetric(e.hottestRate, prom.GaugeValue, hottest, ns)
+			if !e.keyLabels[ns] {
+				continue
+			}
 			for _, k := range keys[:min(len(keys), MaxHotKeyLabels)] {
 				ch <- prom.MustNewConstMetric(e.hotKeyRate, prom.GaugeValue, k.Rate, ns, k.Key)
 			}

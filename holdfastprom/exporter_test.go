@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/inmem"
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -140,5 +141,54 @@ holdfast_redis_breaker_state{state="open"} 1
 	none := NewBreakerCollector(func() (Breaker, bool) { return Breaker{}, false })
 	if n := testutil.CollectAndCount(none); n != 0 {
 		t.Fatalf("%d series without a tier", n)
+	}
+}
+
+// Keys are label values only in the namespaces named in
+// Options.HotKeyLabels: a search namespace's keys are what users typed.
+// Every namespace reports its hottest key's rate without the key.
+func TestHotKeyLabelsAreOptIn(t *testing.T) {
+	for _, o := range []Options{{}, {HotKeyLabels: []string{"product"}}} {
+		c, err := holdfast.New(holdfast.Options{Shared: inmem.New(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		reg := prom.NewPedanticRegistry()
+		if _, err := RegisterWith(reg, c, o); err != nil {
+			t.Fatal(err)
+		}
+		load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
+		for _, key := range []struct{ ns, key string }{{"product", "42"}, {"search", "alice's secret query"}} {
+			ns, err := c.Namespace(key.ns, holdfast.Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 300 {
+				if _, err := ns.Get(context.Background(), key.key, load); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var out strings.Builder
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				out.WriteString(mf.GetName() + " " + m.String() + "\n")
+			}
+		}
+		text := out.String()
+		if strings.Contains(text, "secret") {
+			t.Errorf("%+v: a search query reached a label value:\n%s", o, text)
+		}
+		if got, want := strings.Contains(text, `value:"42"`), len(o.HotKeyLabels) > 0; got != want {
+			t.Errorf("%+v: product key 42 exported as a label: %v, want %v", o, got, want)
+		}
+		if n := testutil.CollectAndCount(reg, "holdfast_hottest_key_reads_per_second"); n != 2 {
+			t.Errorf("%+v: %d hottest-key series, want one per namespace", o, n)
+		}
 	}
 }
