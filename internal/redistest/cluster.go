@@ -3,7 +3,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,12 +15,17 @@ type ClusterConfig struct {
 	// unreachable before the others mark it failed and a replica takes
 	// over. Default 2 s (Redis's own default is 15 s, too slow for tests).
 	NodeTimeout time.Duration
+
+	// Access is every node's password, ACL users and TLS (with TLS, the
+	// bus and replication use it too). Default: none.
+	Access Access
 }
 
 // RedisCluster is a Redis Cluster of 3 primaries and 3 replicas, one per
 // primary, built with the server's own tooling (redis-cli --cluster create).
 type RedisCluster struct {
-	nodes []*Server
+	nodes  []*Server
+	access Access
 }
 
 // Cluster starts six cluster-enabled servers, joins them into a cluster of 3
@@ -48,21 +52,19 @@ func newCluster(t testing.TB, cfg ClusterConfig) *RedisCluster {
 	if cfg.NodeTimeout <= 0 {
 		cfg.NodeTimeout = 2 * time.Second
 	}
-	c := &RedisCluster{nodes: make([]*Server, 6)}
+	c := &RedisCluster{nodes: make([]*Server, 6), access: cfg.Access}
 	// Sequential start: each server is up in milliseconds, and newServer's
 	// t.Fatalf must run on the test goroutine.
 	for i := range c.nodes {
-		c.nodes[i] = newServer(t, &clusterNode{nodeTimeout: cfg.NodeTimeout})
+		c.nodes[i] = newServer(t, &clusterNode{nodeTimeout: cfg.NodeTimeout}, cfg.Access)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	args := []string{"--cluster", "create"}
-	args = append(args, c.Addrs()...)
+	args := append([]string{"create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	if _, err := c.clusterCLI(ctx, args...); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.WaitHealthy(ctx); err != nil {
 		t.Fatal(err)

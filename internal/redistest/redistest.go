@@ -77,6 +77,8 @@ type Process struct {
 	// cluster is non-nil for a Cluster node made by this package: its
 	// settings and bus port.
 	cluster *clusterNode
+	// access is who may connect and how (password, ACL users, TLS).
+	access Access
 	// extra is added to the command line after the package's own
 	// arguments.
 	extra []string
@@ -99,10 +101,21 @@ type Server struct {
 
 // Standalone starts a standalone redis-server and returns when it answers
 // PING. The server is killed when the test ends.
-func Standalone(t testing.TB) *Server {
+//
+// o is optional (at most one): its Access and Args apply; Dir is ignored,
+// the server runs in a directory of the test's.
+func Standalone(t testing.TB, o ...Options) *Server {
 	t.Helper()
 	Require(t)
-	return newServer(t, nil)
+	var o0 Options
+	switch len(o) {
+	case 0:
+	case 1:
+		o0 = o[0]
+	default:
+		t.Fatal("redistest: Standalone takes at most one Options")
+	}
+	return newServer(t, nil, o0.Access, o0.Args...)
 }
 
 // Options configures Launch. The zero value is a standalone server in a new
@@ -116,6 +129,9 @@ type Options struct {
 	// own (loopback only, the port, no persistence), for example
 	// "--cluster-enabled", "yes".
 	Args []string
+
+	// Access is the server's password, ACL users and TLS. Default: none.
+	Access Access
 }
 
 // Launch starts a redis-server on a free loopback port and returns when it
@@ -125,7 +141,7 @@ func Launch(o Options) (*Process, error) {
 	if err := lookBinaries(); err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	p := &Process{dir: o.Dir, extra: o.Args}
+	p := &Process{dir: o.Dir, access: o.Access, extra: o.Args}
 	if p.dir == "" {
 		dir, err := os.MkdirTemp("", "holdfast-redis-")
 		if err != nil {
@@ -154,10 +170,11 @@ type clusterNode struct {
 }
 
 // newServer creates, starts and registers cleanup for one server; cn is nil
-// for a standalone server.
-func newServer(t testing.TB, cn *clusterNode) *Server {
+// for a standalone server. args follow testArgs on the command line.
+func newServer(t testing.TB, cn *clusterNode, a Access, args ...string) *Server {
 	t.Helper()
-	s := &Server{Process: &Process{dir: t.TempDir(), cluster: cn, extra: testArgs}, t: t}
+	extra := append(append([]string(nil), testArgs...), args...)
+	s := &Server{Process: &Process{dir: t.TempDir(), cluster: cn, access: a, extra: extra}, t: t}
 	t.Cleanup(s.stop)
 	if err := s.startOnFreePort(); err != nil {
 		t.Fatalf("redistest: cannot start redis-server: %v\n%s", err, s.logTail())
@@ -203,7 +220,6 @@ func freePort() (int, error) {
 func (s *Process) args() []string {
 	args := []string{
 		"--bind", "127.0.0.1",
-		"--port", strconv.Itoa(s.port),
 		"--dir", s.dir,
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 		"--daemonize", "no",
@@ -213,6 +229,7 @@ func (s *Process) args() []string {
 		"--save", "",
 		"--appendonly", "no",
 	}
+	args = append(args, s.access.args(s.port, s.cluster != nil)...)
 	args = append(args, s.extra...)
 	if cn := s.cluster; cn != nil {
 		args = append(args,
@@ -445,7 +462,8 @@ func (s *Process) isCluster() bool { return s.cluster != nil }
 // CLI runs redis-cli against the server with args and returns its trimmed
 // output. It fails fast on a frozen server only as far as ctx allows.
 func (s *Process) CLI(ctx context.Context, args ...string) (string, error) {
-	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)
+	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, s.access.cliArgs()...)
+	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, "redis-cli", full...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -67,8 +67,9 @@ func (s *Server) Start() {
 // clusterCLI runs redis-cli --cluster with args and returns its output;
 // a non-zero exit is an error carrying the output (redis-cli prints its
 // reasons, "[ERR] ...", on stdout).
-func clusterCLI(ctx context.Context, args ...string) (string, error) {
-	full := append([]string{"--cluster"}, args...)
+func (c *RedisCluster) clusterCLI(ctx context.Context, args ...string) (string, error) {
+	full := append(c.access.cliArgs(), "--cluster")
+	full = append(full, args...)
 	out, err := exec.CommandContext(ctx, "redis-cli", full...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("redis-cli --cluster %s: %w\n%s", strings.Join(args, " "), err, tail(string(out), 3000))
@@ -245,7 +246,7 @@ func (c *RedisCluster) Reshard(ctx context.Context, from, to *Server, nSlots int
 	if nSlots <= 0 {
 		return fmt.Errorf("redistest: reshard: %s serves no slots", from.Addr())
 	}
-	if _, err := clusterCLI(ctx, "reshard", to.Addr(),
+	if _, err := c.clusterCLI(ctx, "reshard", to.Addr(),
 		"--cluster-from", fromID, "--cluster-to", toID,
 		"--cluster-slots", strconv.Itoa(nSlots), "--cluster-yes"); err != nil {
 		return err
@@ -265,12 +266,12 @@ func (c *RedisCluster) AddPrimary(ctx context.Context, nSlots int) (*Server, err
 	}
 	first := c.nodes[0]
 	first.t.Helper()
-	s := newServer(first.t, &clusterNode{nodeTimeout: first.cluster.nodeTimeout})
+	s := newServer(first.t, &clusterNode{nodeTimeout: first.cluster.nodeTimeout}, c.access)
 	entry := c.answering(ctx)
 	if entry == nil {
 		return s, errors.New("redistest: AddPrimary: no node answers")
 	}
-	if _, err := clusterCLI(ctx, "add-node", s.Addr(), entry.Addr()); err != nil {
+	if _, err := c.clusterCLI(ctx, "add-node", s.Addr(), entry.Addr()); err != nil {
 		return s, err
 	}
 	c.nodes = append(c.nodes, s)
@@ -284,7 +285,7 @@ func (c *RedisCluster) AddPrimary(ctx context.Context, nSlots int) (*Server, err
 	if err != nil {
 		return s, err
 	}
-	if _, err := clusterCLI(ctx, "reshard", s.Addr(),
+	if _, err := c.clusterCLI(ctx, "reshard", s.Addr(),
 		"--cluster-from", "all", "--cluster-to", id,
 		"--cluster-slots", strconv.Itoa(nSlots), "--cluster-yes"); err != nil {
 		return s, err
@@ -314,7 +315,7 @@ func (c *RedisCluster) RemovePrimary(ctx context.Context, s, to *Server) error {
 	if err != nil {
 		return err
 	}
-	if _, err := clusterCLI(ctx, "del-node", to.Addr(), id); err != nil {
+	if _, err := c.clusterCLI(ctx, "del-node", to.Addr(), id); err != nil {
 		return err
 	}
 	// del-node shuts the node down; kill makes sure, and reaps it.
