@@ -44,7 +44,7 @@ func (t *Tier) begin(ctx context.Context) (uint64, error) {
 func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 	o := outcome(ctx, err)
 	if o == breaker.Failure {
-		t.markSuspect()
+		t.markSuspect(err)
 	}
 	t.settle(gen, o)
 }

@@ -36,16 +36,20 @@ func NewLazy(opts Options) (*Lazy, error) {
 	if _, _, err := opts.withDefaults(); err != nil {
 		return nil, err
 	}
+	o, _, _ := opts.withDefaults()
 	l := &Lazy{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
-	go l.connect()
+	go l.connect(&failureLog{log: o.Logger, now: o.Clock.Now})
 	return l, nil
 }
 
-func (l *Lazy) connect() {
+// connect retries New until it succeeds. Its configuration errors go to
+// flog, which the Tier keeps, so that a password refused by every attempt
+// and then by every call is one line a minute in all.
+func (l *Lazy) connect(flog *failureLog) {
 	defer close(l.done)
 	wait := 250 * time.Millisecond
 	for {
-		if t, err := New(l.opts); err == nil {
+		if t, err := connectTier(l.opts, flog); err == nil {
 			l.tier.Store(t)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -26,8 +27,17 @@ type Options struct {
 	Username string
 	Password string
 
-	// TLS, when non-nil, connects with TLS. Default: plain TCP.
+	// TLS, when non-nil, connects with TLS, to every node of a Cluster
+	// too. Default: plain TCP.
 	TLS *tls.Config
+
+	// Logger receives errors of configuration that retrying cannot fix:
+	// Redis refusing the credentials (WRONGPASS, NOAUTH) or a command or
+	// key (NOPERM, an ACL that does not cover KeyPrefix), and TLS
+	// handshake failures, whether New, Lazy's background connects or a
+	// call meets them. The first is logged at once, then at most one line
+	// a minute with a count. Default: slog.Default().
+	Logger *slog.Logger
 
 	// KeyPrefix is prepended verbatim to every key, to share one Redis
 	// between applications or environments (e.g. "shop:"). The Cache passes
@@ -310,6 +320,9 @@ func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
 	}
 	if o.Clock == nil {
 		o.Clock = systemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	if o.Cluster, err = o.Cluster.withDefaults(); err != nil {
 		return o, breaker.Settings{}, err

@@ -176,7 +176,7 @@ func (t *Tier) nodeOutcome(ctx context.Context, n *node, err error) breaker.Outc
 	o := outcome(ctx, err)
 	if n == nil {
 		if o == breaker.Failure {
-			t.markSuspect()
+			t.markSuspect(err)
 		}
 		return o
 	}
@@ -190,7 +190,7 @@ func (t *Tier) nodeOutcome(ctx context.Context, n *node, err error) breaker.Outc
 		t.nodes.report(n, false, false)
 		return o
 	}
-	t.markSuspect()
+	t.markSuspect(err)
 	if t.nodes.report(n, true, isTimeout(err)) {
 		return breaker.Failure
 	}
@@ -198,8 +198,10 @@ func (t *Tier) nodeOutcome(ctx context.Context, n *node, err error) breaker.Outc
 }
 
 // markSuspect makes writes (which go through rueidis's routing) run under
-// guard for a while after any failure.
-func (t *Tier) markSuspect() {
+// guard for a while after any failure, err, which is logged if it is an
+// error of configuration.
+func (t *Tier) markSuspect(err error) {
+	t.flog.failed(err)
 	t.lastBad.Store(t.opts.Clock.Now().UnixNano())
 	t.suspect.Store(true)
 }

@@ -115,8 +115,12 @@ const maxSuffixes = 4096
 
 // copyKeys returns the copies of full (not full itself) under the slot map
 // slots with shards primaries: up to copies−1 keys, each on a primary that
-// holds neither full nor another of them.
-func copyKeys(slots *[slotCount]int16, shards int, full string, copies int) []string {
+// holds neither full nor another of them. full starts with prefix (the
+// tier's KeyPrefix), and so does every copy: its hash tag goes right after
+// the prefix, which has no braces, so the tag is the copy's first and
+// decides its slot, and an ACL that limits the tier to its prefix
+// (~prefix*) lets it write the copies.
+func copyKeys(slots *[slotCount]int16, shards int, prefix, full string, copies int) []string {
 	want := min(copies, shards) - 1
 	home := slots[slot(full)]
 	if want <= 0 || home < 0 {
@@ -141,7 +145,7 @@ func copyKeys(slots *[slotCount]int16, shards int, full string, copies int) []st
 			continue
 		}
 		used[si] = true
-		out = append(out, "{"+name+"}"+full)
+		out = append(out, prefix+"{"+name+"}"+full[len(prefix):])
 	}
 	return out
 }
@@ -154,9 +158,9 @@ func (t *Tier) copiesOf(full string, previous bool) []string {
 		return nil
 	}
 	tp := t.nodes.topo.Load()
-	keys := copyKeys(&tp.slots, len(tp.shards), full, t.opts.Cluster.HotCopies)
+	keys := copyKeys(&tp.slots, len(tp.shards), t.opts.KeyPrefix, full, t.opts.Cluster.HotCopies)
 	if previous && tp.prev != nil {
-		for _, k := range copyKeys(&tp.prev.slots, tp.prev.shards, full, t.opts.Cluster.HotCopies) {
+		for _, k := range copyKeys(&tp.prev.slots, tp.prev.shards, t.opts.KeyPrefix, full, t.opts.Cluster.HotCopies) {
 			if !contains(keys, k) {
 				keys = append(keys, k)
 			}

@@ -58,13 +58,13 @@ func TestCopyKeysOnDistinctPrimaries(t *testing.T) {
 			want := min(tc.copies, tc.shards) - 1
 			for i := 0; i < 2000; i++ {
 				full := "p:product:" + strconv.Itoa(i)
-				keys := copyKeys(tc.slots, tc.shards, full, tc.copies)
+				keys := copyKeys(tc.slots, tc.shards, "p:", full, tc.copies)
 				if len(keys) != want {
 					t.Fatalf("%s: %d copies, want %d", full, len(keys), want)
 				}
 				seen := map[int16]bool{tc.slots[slot(full)]: true}
 				for _, k := range keys {
-					if !strings.HasSuffix(k, "}"+full) || !strings.HasPrefix(k, "{") {
+					if !strings.HasSuffix(k, "}"+full[len("p:"):]) || !strings.HasPrefix(k, "p:{") {
 						t.Fatalf("copy %q does not name %q", k, full)
 					}
 					sh := tc.slots[slot(k)]
@@ -73,7 +73,7 @@ func TestCopyKeysOnDistinctPrimaries(t *testing.T) {
 					}
 					seen[sh] = true
 				}
-				again := copyKeys(tc.slots, tc.shards, full, tc.copies)
+				again := copyKeys(tc.slots, tc.shards, "p:", full, tc.copies)
 				if strings.Join(again, ",") != strings.Join(keys, ",") {
 					t.Fatalf("%s: copies %v, then %v", full, keys, again)
 				}
@@ -406,7 +406,7 @@ func BenchmarkCopyKeys(b *testing.B) {
 		b.Run(fmt.Sprint(shards, "-primaries"), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				if len(copyKeys(slots, shards, "shop:product:12345", 5)) == 0 {
+				if len(copyKeys(slots, shards, "shop:", "shop:product:12345", 5)) == 0 {
 					b.Fatal("no copies")
 				}
 			}
@@ -423,7 +423,7 @@ func TestCopiesAfterResharding(t *testing.T) {
 	tr.nodes.topo.Store(tp)
 	full := "product:42"
 	now := tr.copiesOf(full, false)
-	before := copyKeys(&tp.prev.slots, 4, full, DefaultHotCopies)
+	before := copyKeys(&tp.prev.slots, 4, "", full, DefaultHotCopies)
 	all := tr.copiesOf(full, true)
 	if len(now) != 2 || len(before) != 3 {
 		t.Fatalf("copies now %v, before %v", now, before)

@@ -20,6 +20,7 @@ type Tier struct {
 	cluster bool
 	br      *breaker.Breaker
 	nodes   *nodeSet // per-node health in Cluster mode; nil otherwise
+	flog    *failureLog
 	closed  atomic.Bool
 	stats   counters
 
@@ -46,7 +47,21 @@ var _ tier.Tier = (*Tier)(nil)
 // New validates opts, connects to Redis and detects whether it is a Cluster.
 // It returns an error, and never panics, on invalid options or when no
 // address answers within DialTimeout.
+//
+// An error of configuration (the credentials refused, a certificate not
+// trusted) says so: "redis tier: connect to [...]: authentication failed:
+// WRONGPASS ...", and is logged to Options.Logger.
 func New(opts Options) (*Tier, error) {
+	o, _, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return connectTier(opts, &failureLog{log: o.Logger, now: o.Clock.Now})
+}
+
+// connectTier is New logging configuration errors to flog, which Lazy keeps
+// across its attempts.
+func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 	o, bs, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -79,18 +94,21 @@ func New(opts Options) (*Tier, error) {
 	}
 	client, err := rueidis.NewClient(co)
 	if err != nil {
-		return nil, fmt.Errorf("redis tier: connect to %v: %w", o.Addrs, err)
+		flog.failed(err)
+		return nil, connectError(o.Addrs, err)
 	}
 	t := &Tier{
 		client:  client,
 		opts:    o,
 		cluster: client.Mode() == rueidis.ClientModeCluster,
 		br:      br,
+		flog:    flog,
 	}
 	if t.cluster && !o.Cluster.Disabled {
 		if t.nodes, err = newNodeSet(t); err != nil {
 			client.Close()
-			return nil, err
+			flog.failed(err)
+			return nil, connectError(o.Addrs, err)
 		}
 	}
 	t.warm()
