@@ -246,6 +246,9 @@ func BenchmarkStampede(b *testing.B) {
 			})
 		}
 		b.ReportMetric(float64(loads.Load())/float64(b.N), "loads/op")
+		if loads.Load() != int64(b.N) {
+			b.Fatalf("%d loads for %d cold keys: coalescing must load each once", loads.Load(), b.N)
+		}
 	})
 	b.Run("naive", func(b *testing.B) {
 		var (
