@@ -110,6 +110,11 @@ type Policies struct {
 	Search  holdfast.Policy
 }
 
+// reservedLoads is the load slots product and stock reads each keep for
+// themselves: a product page's miss is one primary-key query of about a
+// millisecond, so two slots serve hundreds of misses a second.
+const reservedLoads = 2
+
 // DefaultPolicies returns the policies of the product service catalogd is
 // modelled on: product info 30 min with a 30 min stale-if-error window;
 // stock 5 s, refreshed in the background after 3 s, stale-if-error 5 s; list
@@ -120,12 +125,16 @@ type Policies struct {
 // in every instance's memory, and smeared, as soon as one of them sees it.
 // NewHandler turns Hot.Share off when the Cache's shared tier cannot exchange
 // hot keys (no Redis): holdfast refuses such a policy, and each instance then
-// finds its hot keys on its own.
+// finds its hot keys on its own. Product and stock reads each keep
+// reservedLoads load slots of their own (Policy.ReservedLoads): search and
+// list keys are chosen by clients, so a flood of unique queries can miss
+// every time and take every cache-wide slot, and a product page must still
+// load then.
 func DefaultPolicies() Policies {
 	share := holdfast.HotPolicy{Share: true}
 	return Policies{
-		Product: holdfast.Policy{TTL: 30 * time.Minute, StaleIfError: 30 * time.Minute, Hot: share},
-		Stock:   holdfast.Policy{TTL: 5 * time.Second, SoftTTL: 3 * time.Second, StaleIfError: 5 * time.Second, Hot: share},
+		Product: holdfast.Policy{TTL: 30 * time.Minute, StaleIfError: 30 * time.Minute, Hot: share, ReservedLoads: reservedLoads},
+		Stock:   holdfast.Policy{TTL: 5 * time.Second, SoftTTL: 3 * time.Second, StaleIfError: 5 * time.Second, Hot: share, ReservedLoads: reservedLoads},
 		List:    holdfast.Policy{TTL: 10 * time.Minute, StaleIfError: 10 * time.Minute, Hot: share},
 		Search:  holdfast.Policy{TTL: 5 * time.Minute, StaleIfError: 10 * time.Minute, Hot: share},
 	}

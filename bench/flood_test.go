@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
+	"github.com/holdfast-dev/holdfast/catalogd/sqlstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// BenchmarkCatalogdSearchFlood: uncached product reads (an id never read
+// before, every 3 ms) while -flood.clients clients send unique search
+// prefixes back to back, beside the same reads without the flood, on one
+// catalogd handler over SQLite with its default policies and load limit;
+// searches take -flood.search-delay longer (a catalog larger than the
+// generated one), so the flood holds every cache-wide load slot. Every search misses; without a
+// share of load slots of its own a product read then finds every slot
+// taken and gets a 503. It fails on any product read that is not a 200,
+// and reports the product reads' p99 with and without the flood and their
+// ratio (scripts/figures.sh requires ≤ 2.0).
+//
+//	cd bench && go test -run '^$' -bench CatalogdSearchFlood -benchtime 1x -count 3
+func BenchmarkCatalogdSearchFlood(b *testing.B) {
+	ctx := context.Background()
+	db, err := sqlstore.Open(ctx, sqlstore.SQLite, filepath.Join(b.TempDir(), sqlstore.FileName), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	cache, err := holdfast.New(holdfast.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cache.Close()
+	pol := httpapi.DefaultPolicies()
+	for _, p := range []*holdfast.Policy{&pol.Product, &pol.Stock, &pol.List, &pol.Search} {
+		p.Hot.TTL = p.TTL // no shared tier, as catalogd/main.go sets it
+	}
+	store := slowSearch{Store: db, delay: *floodSearchDelay}
+	h, err := httpapi.NewHandler(httpapi.Config{Store: store, Cache: cache, Policies: pol,
+		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	url, stop := serve(b, h)
+	defer stop()
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * *floodClients}}
+	defer c.CloseIdleConnections()
+
+	const reads, every = 1000, 3 * time.Millisecond
+	next := 1 // the next product id never read
+	productReads := func() (p99 time.Duration, bad []string) {
+		lat := make([]time.Duration, 0, reads)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for range reads {
+			<-tick.C
+			start := time.Now()
+			code, err := status(c, url+"/v1/products/"+strconv.Itoa(next))
+			lat = append(lat, time.Since(start))
+			next++
+			if err != nil || code != http.StatusOK {
+				bad = append(bad, fmt.Sprintf("%d %v", code, err))
+			}
+		}
+		slices.Sort(lat)
+		return lat[len(lat)*99/100], bad
+	}
+
+	b.ResetTimer()
+	quiet, bad := productReads()
+	if len(bad) != 0 {
+		b.Fatalf("product reads without a flood failed: %v", bad[:min(len(bad), 5)])
+	}
+
+	var searches, rejected atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range *floodClients {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				code, err := status(c, fmt.Sprintf("%s/v1/search?q=%s", url, uniquePrefix(g, i)))
+				searches.Add(1)
+				if err == nil && code == http.StatusServiceUnavailable {
+					rejected.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond) // the flood takes the slots first
+	floodStart := time.Now()
+	flooded, bad := productReads()
+	floodFor := time.Since(floodStart)
+	close(done)
+	wg.Wait()
+	b.StopTimer()
+
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(quiet.Microseconds())/1000, "quiet-p99-ms")
+	b.ReportMetric(float64(flooded.Microseconds())/1000, "flooded-p99-ms")
+	b.ReportMetric(float64(flooded)/float64(quiet), "p99-ratio")
+	b.ReportMetric(float64(searches.Load())/floodFor.Seconds(), "searches/s")
+	b.ReportMetric(float64(rejected.Load())/float64(max(1, searches.Load())), "search-503-share")
+	b.ReportMetric(float64(len(bad)), "product-failures")
+	b.Logf("product p99 %v quiet, %v under %d clients' flood (%.0f searches/s, %d of %d refused); %d failed product reads",
+		quiet, flooded, *floodClients, float64(searches.Load())/floodFor.Seconds(), rejected.Load(), searches.Load(), len(bad))
+	if len(bad) != 0 {
+		b.Fatalf("%d of %d uncached product reads failed under the search flood: %v", len(bad), reads, bad[:min(len(bad), 5)])
+	}
+	if rejected.Load() == 0 {
+		b.Fatal("no search was refused: the flood did not saturate the load slots, so it proves nothing")
+	}
+}
+
+var (
+	floodClients     = flag.Int("flood.clients", 32, "clients sending unique search prefixes back to back")
+	floodSearchDelay = flag.Duration("flood.search-delay", 20*time.Millisecond, "added to every search query: a search over a catalog larger than the generated one")
+)
+
+// slowSearch is a store whose search queries take delay longer, as over a
+// catalog much larger than the 10,000 generated products, so that the
+// flood holds load slots the way a real one does rather than only
+// saturating this machine's two cores.
+type slowSearch struct {
+	catalog.Store
+	delay time.Duration
+}
+
+func (s slowSearch) Search(ctx context.Context, prefix string, limit int) ([]catalog.Product, error) {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.Search(ctx, prefix, limit)
+}
+
+// uniquePrefix is a search prefix no other request of the run sends: a
+// letter for the client, then i in base 26.
+func uniquePrefix(client, i int) string {
+	p := []byte{byte('a' + client%26)}
+	for {
+		p = append(p, byte('a'+i%26))
+		i /= 26
+		if i == 0 {
+			return string(p)
+		}
+	}
+}
+
+// status GETs url and returns the status code, reading the body to the end
+// so the connection is reused.
+func status(c *http.Client, url string) (int, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
+}
