@@ -14,6 +14,9 @@
 #   - stampede: exactly 1 load per cold key (Stampede)
 #   - catalogd: ratio to a trivial handler ≥ 0.60, saturated and open model
 #     (CatalogdProductGet, CatalogdProductGetOpen)
+#   - a flood of unique search prefixes: no uncached product read fails,
+#     and their p99 is within 2.0 of the same reads without the flood
+#     (CatalogdSearchFlood)
 #   - byte budgets: live heap ≤ 1.25 × the configured bytes (StoreMemory)
 #   - Redis frozen and killed: the outage figures' bounds (the redis
 #     module's TestFigure tests at full size, which fail past them)
@@ -56,7 +59,7 @@ check() {
 
 echo "== benchmarks (bench module, count $count)"
 (cd bench && go test -run '^$' -count "$count" -benchtime 1x \
-	-bench '^(BenchmarkGetHitRatio|BenchmarkGetSharedHitRatio|BenchmarkCatalogdProductGet|BenchmarkCatalogdProductGetOpen|BenchmarkStoreMemory)$' . &&
+	-bench '^(BenchmarkGetHitRatio|BenchmarkGetSharedHitRatio|BenchmarkCatalogdProductGet|BenchmarkCatalogdProductGetOpen|BenchmarkCatalogdSearchFlood|BenchmarkStoreMemory)$' . &&
 	go test -run '^$' -count 1 -benchtime 3x -bench '^BenchmarkStampede$' .) | tee "$out" ||
 	failed=1
 
@@ -65,6 +68,8 @@ check "shared-tier hit, holdfast/rueidis" "$(metric BenchmarkGetSharedHitRatio h
 check "stampede, loads per cold key" "$(metric BenchmarkStampede/holdfast loads/op)" "==" 1
 check "catalogd saturated, ratio to a trivial handler" "$(metric 'BenchmarkCatalogdProductGet-' ratio)" ">=" 0.60
 check "catalogd open model, ratio to a trivial handler" "$(metric BenchmarkCatalogdProductGetOpen ratio)" ">=" 0.60
+check "search flood, uncached product reads failed" "$(metric BenchmarkCatalogdSearchFlood product-failures)" "==" 0
+check "search flood, product p99 over the same reads without it" "$(metric BenchmarkCatalogdSearchFlood p99-ratio)" "<=" 2.0
 for size in 16B 512B 16KiB; do
 	check "store memory $size, live heap over budget" "$(metric "BenchmarkStoreMemory/$size" heap/budget)" "<=" 1.25
 done
