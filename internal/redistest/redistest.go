@@ -15,9 +15,12 @@
 // fails or calls t.FailNow.
 //
 // redis-server and redis-cli come from Debian's packages
-// (scripts/install-test-deps.sh). When they are missing a test skips, except
-// under CI (CI=true) where it fails, so a misconfigured CI cannot go green by
-// skipping every Redis test.
+// (scripts/install-test-deps.sh). When they are missing a test fails, never
+// skips, so a misconfigured CI cannot go green by skipping every Redis test.
+//
+// Access locks a server down as production does: a password, ACL users,
+// TLS only (with a CA made by NewCA; Debian's redis-server is built with
+// TLS). The package's own calls still get through as the default user.
 //
 // Programs that are not tests (the lab) start the same processes with
 // Launch, which returns a Process: the same handle with errors for results
