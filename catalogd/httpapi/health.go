@@ -3,10 +3,14 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"math"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/catalogd/internal/ratelog"
 )
 
 // healthz is liveness: the process runs and serves HTTP. It checks no
@@ -18,10 +22,13 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte(`{"status":"ok"}` + "\n"))
 }
 
+// checkResult is one check in the /readyz body. It carries no error text:
+// /readyz is open to anyone who can reach the port, and a dependency's
+// error names hosts, ports, users and databases. The error goes to the log
+// (readyLog).
 type checkResult struct {
 	Status   string `json:"status"` // "ok" or "down"
 	Required bool   `json:"required"`
-	Error    string `json:"error,omitempty"`
 }
 
 type readyBody struct {
@@ -44,11 +51,12 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		res := checkResult{Status: "ok", Required: c.Required}
 		if err != nil {
-			res.Status, res.Error = "down", err.Error()
+			res.Status = "down"
 			if c.Required {
 				body.Status = "not_ready"
 			}
 		}
+		h.readyLog.report(r.Context(), h.log, c.Name, err)
 		body.Checks[c.Name] = res
 	}
 	b, _ := json.Marshal(body) // strings and bools: cannot fail
@@ -60,7 +68,41 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Write(append(b, '\n'))
 }
 
-// hotKey is one entry of /v1/hotkeys.
+// readyLogInterval is how often a failing check is logged: a load balancer
+// polls /readyz every few seconds, and the error does not change that often.
+const readyLogInterval = time.Minute
+
+// readyLog logs what /readyz does not say: why a check failed. A failing
+// check is logged at once and then once a readyLogInterval with the number
+// of failures; its recovery is logged once. The zero value is ready to use.
+type readyLog struct {
+	mu      sync.Mutex
+	failing map[string]*ratelog.Logger // by check name, while it fails
+}
+
+func (l *readyLog) report(ctx context.Context, log *slog.Logger, check string, err error) {
+	l.mu.Lock()
+	rl := l.failing[check]
+	switch {
+	case err != nil && rl == nil:
+		if l.failing == nil {
+			l.failing = map[string]*ratelog.Logger{}
+		}
+		rl = ratelog.New(log, slog.LevelWarn, "readiness check failing", readyLogInterval)
+		l.failing[check] = rl
+	case err == nil && rl != nil:
+		delete(l.failing, check)
+	}
+	l.mu.Unlock()
+	switch {
+	case err != nil:
+		rl.Log(ctx, slog.String("check", check), slog.String("error", err.Error()))
+	case rl != nil:
+		log.LogAttrs(ctx, slog.LevelInfo, "readiness check ok again", slog.String("check", check), slog.Int("failures_not_logged", rl.Reset()))
+	}
+}
+
+// hotKey is one entry of the admin handler's /hotkeys.
 type hotKey struct {
 	Key            string  `json:"key"`
 	ReadsPerSecond float64 `json:"reads_per_second"`

@@ -66,7 +66,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -195,8 +194,9 @@ type Config struct {
 	// Checks are extra readiness checks. The database is always checked and
 	// always required.
 	Checks []Check
-	// Pprof mounts net/http/pprof under /debug/pprof/. Default false: the
-	// profiles expose internals and cost CPU, so they are opt-in.
+	// Pprof mounts net/http/pprof under /debug/pprof/ on the Admin handler,
+	// never on the API. Default false: the profiles expose internals (the
+	// command line, with whatever secrets its flags hold) and cost CPU.
 	Pprof bool
 	// RetryAfter is the Retry-After sent with a 503. Default 1 s: a load
 	// slot frees within one load (milliseconds), and the stock value that
@@ -225,6 +225,8 @@ type Handler struct {
 	retryAfter   string
 	searchLimit  int
 	readyTimeout time.Duration
+	readyLog     readyLog // why checks fail, for the log only (health.go)
+	pprof        bool     // served by Admin (admin.go)
 
 	mux     *http.ServeMux
 	metrics *httpMetrics // nil without a Registry
@@ -296,7 +298,6 @@ func NewHandler(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /v1/search", h.searchProducts)
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
-	h.mux.HandleFunc("GET /v1/hotkeys", h.hotKeys)
 	// The catch-all turns the mux's plain-text 404 and 405 into JSON errors.
 	h.mux.HandleFunc("/", h.unmatched)
 	if cfg.Registry != nil {
@@ -307,13 +308,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 			ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 		}))
 	}
-	if cfg.Pprof {
-		h.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		h.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		h.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		h.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		h.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	}
+	h.pprof = cfg.Pprof
 	return h, nil
 }
 
