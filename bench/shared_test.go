@@ -142,9 +142,13 @@ func sharedParallelism() int { return max(1, sharedGoroutines/runtime.GOMAXPROCS
 // checkNonHits logs when more than 1% of n reads were not shared hits (a
 // machine too loaded for the 50 ms budget: timeouts, then an open breaker)
 // and fails when more than a quarter were: the figure then measures
-// something else.
+// something else. With -short (the test command, which runs every
+// benchmark once to show that it runs, on a machine busy with other
+// work) it only logs: the figure is checked by scripts/figures.sh.
 func checkNonHits(b *testing.B, name string, nonHits, n int64) {
 	switch {
+	case nonHits*4 > n && testing.Short():
+		b.Logf("%s: %d of %d reads were not shared hits; the figure is not valid (a short run only logs it)", name, nonHits, n)
 	case nonHits*4 > n:
 		b.Errorf("%s: %d of %d reads were not shared hits; the figure is not valid", name, nonHits, n)
 	case nonHits*100 > n:

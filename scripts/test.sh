@@ -72,4 +72,7 @@ step "envelope decoder fuzzing (short)"
 go test -run '^$' -fuzz '^FuzzDecodeEntry$' -fuzztime 10s ./tier
 
 step "bench module: tests, and every benchmark once"
-go test -count=1 -timeout 6m -run . -bench . -benchtime 1x ./bench/...
+# -short: a benchmark whose figure is invalid on a machine this busy (the
+# shared-hit ratio, when Redis reads pass their budget) logs it rather than
+# fail; scripts/figures.sh is what checks the figures.
+go test -count=1 -timeout 6m -short -run . -bench . -benchtime 1x ./bench/...
