@@ -8,9 +8,16 @@
 // Every flag can also be given as an environment variable: CATALOGD_ and the
 // flag's name in capitals with '-' as '_' (-data-dir is CATALOGD_DATA_DIR).
 // A flag on the command line wins over its variable. `catalogd -h` lists
-// them. SIGINT or SIGTERM stops accepting connections, drains the requests
-// in flight (up to -shutdown-timeout) and closes the cache, Redis and the
-// database, in that order.
+// them. Redis's username and password are variables only
+// (CATALOGD_REDIS_USERNAME, CATALOGD_REDIS_PASSWORD): a flag's value is
+// shown by ps and /proc/PID/cmdline to every user of the machine.
+//
+// What only operators may see (the hot keys, which are users' queries, and
+// with -pprof the profiles) is served on a second listener, -admin-addr,
+// which must be a loopback address and is off unless set. SIGINT or SIGTERM
+// stops accepting connections on both, drains the requests in flight (up to
+// -shutdown-timeout) and closes the cache, Redis and the database, in that
+// order.
 //
 // This file only wires: the service is package
 // github.com/holdfast-dev/holdfast/catalogd/httpapi, the store (SQLite or
@@ -21,15 +28,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -72,10 +83,16 @@ func main() {
 // Config is catalogd's configuration, filled by ParseFlags.
 type Config struct {
 	Addr            string
+	AdminAddr       string
 	DataDir         string
 	PostgresDSN     string
 	Redis           string
 	RedisKeyPrefix  string
+	RedisUsername   string // from the environment only
+	RedisPassword   string // from the environment only
+	RedisTLS        bool
+	RedisTLSCA      string
+	RedisTLSServer  string
 	MaxLoads        int
 	HotTTL          time.Duration
 	Policies        httpapi.Policies
@@ -96,6 +113,8 @@ type Main struct {
 	cache   *holdfast.Cache
 	handler *httpapi.Handler
 	server  *httpapi.Server
+	admin   *httpapi.Server // nil without -admin-addr
+	watch   *redisWatch     // nil without -redis
 }
 
 // NewMain returns a Main writing its logs to os.Stderr.
@@ -126,10 +145,14 @@ func (m *Main) ParseFlags(args []string) error {
 	fs := flag.NewFlagSet("catalogd", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.StringVar(&c.Addr, "addr", ":8080", "address to listen on")
+	fs.StringVar(&c.AdminAddr, "admin-addr", "", "loopback address of the admin listener (hot keys; profiles with -pprof), e.g. 127.0.0.1:6060; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "directory of the SQLite file (catalog.db); unused with -postgres-dsn")
 	fs.StringVar(&c.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN (URL or key=value); empty uses embedded SQLite")
 	fs.StringVar(&c.Redis, "redis", "", "comma-separated Redis addresses, standalone or Cluster (detected); empty runs on in-process tiers only")
 	fs.StringVar(&c.RedisKeyPrefix, "redis-key-prefix", "catalogd:", "prefix of every Redis key, to share a Redis with other applications")
+	fs.BoolVar(&c.RedisTLS, "redis-tls", false, "connect to Redis over TLS, verifying its certificate against the system's roots (or -redis-tls-ca)")
+	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", "", "PEM file of the CA that signed Redis's certificate; implies -redis-tls")
+	fs.StringVar(&c.RedisTLSServer, "redis-tls-server-name", "", "name Redis's certificate must carry, when it is not the host in -redis; implies -redis-tls")
 	fs.IntVar(&c.MaxLoads, "max-loads", 0, "database loads on cache misses allowed at once per process; over it a miss gets a stale value or 503 (0: 4 × GOMAXPROCS)")
 	fs.DurationVar(&c.HotTTL, "hot-ttl", 10*time.Second, "with -redis: how long a value stays in the in-process hot tier, which bounds how long other instances serve a product after an update")
 	fs.DurationVar(&c.Policies.Product.TTL, "product-ttl", d.Product.TTL, "product info: time to live")
@@ -142,7 +165,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.Policies.Search.TTL, "search-ttl", d.Search.TTL, "search results: time to live")
 	fs.DurationVar(&c.Policies.Search.StaleIfError, "search-stale-if-error", d.Search.StaleIfError, "search results: how long past its TTL a result may be served when fresh data cannot be had (database failing, load limit reached)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for requests in flight")
-	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin listener (needs -admin-addr)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug (logs every request), info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
@@ -150,6 +173,10 @@ func (m *Main) ParseFlags(args []string) error {
 		fs.VisitAll(func(f *flag.Flag) {
 			fmt.Fprintf(fs.Output(), "  -%s (%s, default %q)\n    \t%s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
 		})
+		fmt.Fprintf(fs.Output(), "\nSecrets are environment variables only, never flags (ps shows flags to every user):\n\n")
+		for _, v := range secretVars {
+			fmt.Fprintf(fs.Output(), "  %s\n    \t%s\n", v.name, v.usage)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -170,7 +197,61 @@ func (m *Main) ParseFlags(args []string) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	c.RedisUsername = os.Getenv(envRedisUsername)
+	c.RedisPassword = os.Getenv(envRedisPassword)
+	if c.AdminAddr != "" {
+		if err := checkLoopback(c.AdminAddr); err != nil {
+			return err
+		}
+	} else if c.Pprof {
+		return errors.New("-pprof needs -admin-addr: the profiles are served on the admin listener only")
+	}
 	return m.configureLogger()
+}
+
+// The environment variables that hold secrets.
+const (
+	envRedisUsername = "CATALOGD_REDIS_USERNAME"
+	envRedisPassword = "CATALOGD_REDIS_PASSWORD"
+)
+
+var secretVars = []struct{ name, usage string }{
+	{envRedisUsername, "Redis ACL user (AUTH username password); empty: the default user"},
+	{envRedisPassword, "Redis password (requirepass, or the ACL user's); empty: no AUTH"},
+}
+
+// checkLoopback refuses an admin address that is not on loopback: the admin
+// listener has no authentication, and serves other users' queries and,
+// with -pprof, the process's memory and command line.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-admin-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("-admin-addr %q is not a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT): the admin listener has no authentication and serves profiles and other users' queries", addr)
+}
+
+// redisTLS returns the TLS configuration the Redis flags ask for, nil for
+// plain TCP.
+func (c Config) redisTLS() (*tls.Config, error) {
+	if !c.RedisTLS && c.RedisTLSCA == "" && c.RedisTLSServer == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.RedisTLSServer}
+	if c.RedisTLSCA != "" {
+		pem, err := os.ReadFile(c.RedisTLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("-redis-tls-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-redis-tls-ca %s: no PEM certificate in it", c.RedisTLSCA)
+		}
+	}
+	return cfg, nil
 }
 
 func (m *Main) configureLogger() error {
@@ -221,19 +302,31 @@ func (m *Main) Run(ctx context.Context) error {
 		for i := range addrs {
 			addrs[i] = strings.TrimSpace(addrs[i])
 		}
+		tlsConfig, err := c.redisTLS()
+		if err != nil {
+			return err
+		}
 		// Connected in the background: catalogd starts, and serves from
-		// its own tiers and the database, while Redis is down.
-		if m.tier, err = redis.NewLazy(redis.Options{Addrs: addrs, KeyPrefix: c.RedisKeyPrefix}); err != nil {
+		// its own tiers and the database, while Redis is down. The tier
+		// logs what retrying cannot fix (credentials refused, a
+		// certificate not trusted); m.watch logs the rest.
+		if m.tier, err = redis.NewLazy(redis.Options{
+			Addrs: addrs, KeyPrefix: c.RedisKeyPrefix,
+			Username: c.RedisUsername, Password: c.RedisPassword, TLS: tlsConfig,
+			Logger: log,
+		}); err != nil {
 			return fmt.Errorf("redis %s: %w", c.Redis, err)
 		}
 		shared = m.tier
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := m.tier.WaitConnected(wctx); err != nil {
-			log.Warn("Redis not reachable yet; serving from in-process tiers and the database, connecting in the background", "addrs", addrs)
+			log.Warn("Redis not connected yet; serving from in-process tiers and the database, connecting in the background", "addrs", addrs)
 		} else {
-			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", hotTTL)
+			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", hotTTL,
+				"tls", tlsConfig != nil, "auth", c.RedisPassword != "")
 		}
 		cancel()
+		m.watch = watchRedis(m.tier, log, time.Second)
 	} else {
 		// Without a shared tier the hot tier is the only cache, so it keeps
 		// each value as long as the policy allows: a shorter hot TTL would
@@ -254,7 +347,10 @@ func (m *Main) Run(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if _, err := holdfastprom.Register(reg, m.cache); err != nil {
+	// Product and stock keys are ids, digits only; list and search keys are
+	// what clients typed, which must not reach the monitoring system.
+	hotKeyLabels := holdfastprom.Options{HotKeyLabels: []string{httpapi.NamespaceProduct, httpapi.NamespaceStock}}
+	if _, err := holdfastprom.RegisterWith(reg, m.cache, hotKeyLabels); err != nil {
 		return err
 	}
 	if m.tier != nil {
@@ -299,20 +395,38 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.server.Open(c.Addr); err != nil {
 		return err
 	}
-	log.Info("catalogd serving", "url", m.server.URL(), "pprof", c.Pprof, "max_loads", c.MaxLoads, "startup", time.Since(start).Round(time.Millisecond))
+	if c.AdminAddr != "" {
+		m.admin = httpapi.NewServer(m.handler.Admin(), log)
+		if err := m.admin.Open(c.AdminAddr); err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		// "localhost" is looked up: make sure it meant loopback here.
+		if a, ok := m.admin.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+			return fmt.Errorf("-admin-addr %q listens on %v, not on loopback", c.AdminAddr, m.admin.Addr())
+		}
+		log.Info("catalogd admin serving", "url", m.admin.URL(), "pprof", c.Pprof)
+	}
+	log.Info("catalogd serving", "url", m.server.URL(), "admin", c.AdminAddr != "", "max_loads", c.MaxLoads, "startup", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// Close stops the server, draining requests for up to ShutdownTimeout, runs
-// the handler's pending second invalidations, then closes the cache (waiting
-// for its background refreshes), Redis and the database. It is safe after a
-// failed Run.
+// Close stops the API and admin servers together, draining their requests
+// for up to ShutdownTimeout in all, then closes the cache (waiting for its
+// background refreshes), Redis and the database. It is safe after a failed
+// Run.
 func (m *Main) Close() error {
-	var errs []error
-	if m.server != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
-		errs = append(errs, m.server.Close(ctx))
-		cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, s := range []*httpapi.Server{m.server, m.admin} {
+		if s != nil {
+			wg.Go(func() { errs[i] = s.Close(ctx) })
+		}
+	}
+	wg.Wait()
+	if m.watch != nil {
+		m.watch.Close()
 	}
 	if m.cache != nil {
 		errs = append(errs, m.cache.Close())
@@ -336,14 +450,7 @@ func redisBreaker(l *redis.Lazy) (holdfastprom.Breaker, bool) {
 		return holdfastprom.Breaker{}, false
 	}
 	st := t.Stats()
-	state := "closed"
-	switch st.BreakerState {
-	case redis.BreakerOpen:
-		state = "open"
-	case redis.BreakerHalfOpen:
-		state = "half_open"
-	}
-	return holdfastprom.Breaker{State: state, Opens: st.BreakerOpens, Transitions: st.BreakerTransitions}, true
+	return holdfastprom.Breaker{State: breakerState(st.BreakerState), Opens: st.BreakerOpens, Transitions: st.BreakerTransitions}, true
 }
 
 func redisNodes(l *redis.Lazy) []holdfastprom.Node {

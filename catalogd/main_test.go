@@ -2,6 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -67,20 +71,30 @@ func TestMain(m *testing.M) {
 
 // proc is a running catalogd.
 type proc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	start  time.Time
-	url    chan string // the "catalogd serving" URL, once
-	logs   chan string // all of stderr, once it is closed
+	t     *testing.T
+	cmd   *exec.Cmd
+	start time.Time
+
+	mu     sync.Mutex
+	out    strings.Builder // stderr so far
+	grew   chan struct{}   // closed, and replaced, when out grows
+	eof    chan struct{}   // closed once stderr has been read to its end
 	exited bool
 }
 
 // startBinary starts catalogd with args and extra environment variables.
-// A reader goroutine owns stderr until the process closes it at exit.
 func startBinary(t *testing.T, args []string, env ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(binary(t), args...), url: make(chan string, 1), logs: make(chan string, 1)}
-	p.cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	return startProc(t, cmd)
+}
+
+// startProc starts cmd. A reader goroutine owns its stderr until the
+// process closes it at exit.
+func startProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: cmd, grew: make(chan struct{}), eof: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -92,35 +106,67 @@ func startBinary(t *testing.T, args []string, env ...string) *proc {
 	t.Cleanup(func() {
 		if !p.exited {
 			p.cmd.Process.Kill()
+			<-p.eof // Wait closes the pipe: the reader must be done first
 			p.cmd.Wait()
 		}
 	})
 	go func() {
-		var all strings.Builder
-		re := regexp.MustCompile(`msg="catalogd serving" url=(http://127\.0\.0\.1:\d+)`)
+		defer close(p.eof)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			all.WriteString(sc.Text() + "\n")
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				p.url <- m[1]
-			}
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			close(p.grew)
+			p.grew = make(chan struct{})
+			p.mu.Unlock()
 		}
-		io.Copy(io.Discard, stderr)
-		p.logs <- all.String()
+		io.Copy(io.Discard, stderr) // past a line too long for the scanner
 	}()
 	return p
 }
+
+// logs returns stderr so far.
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// find waits for a line matching re and returns its submatches, failing
+// the test if none comes within the time given or stderr ends first.
+func (p *proc) find(re *regexp.Regexp, within time.Duration) []string {
+	p.t.Helper()
+	deadline := time.After(within)
+	for {
+		p.mu.Lock()
+		m, grew := re.FindStringSubmatch(p.out.String()), p.grew
+		p.mu.Unlock()
+		if m != nil {
+			return m
+		}
+		select {
+		case <-grew:
+		case <-p.eof:
+			if m := re.FindStringSubmatch(p.logs()); m != nil {
+				return m
+			}
+			p.t.Fatalf("catalogd exited without a line matching %s:\n%s", re, p.logs())
+		case <-deadline:
+			p.t.Fatalf("no line matching %s within %v:\n%s", re, within, p.logs())
+		}
+	}
+}
+
+var (
+	servingRe = regexp.MustCompile(`msg="catalogd serving" url=(http://127\.0\.0\.1:\d+)`)
+	adminRe   = regexp.MustCompile(`msg="catalogd admin serving" url=(http://127\.0\.0\.1:\d+)`)
+)
 
 // ready waits for the serving line and then for a 200 from /readyz, and
 // returns the base URL and the time since the process started.
 func (p *proc) ready(within time.Duration) (string, time.Duration) {
 	p.t.Helper()
-	var url string
-	select {
-	case url = <-p.url:
-	case <-time.After(within):
-		p.t.Fatalf("no \"catalogd serving\" line within %v", within)
-	}
+	url := p.find(servingRe, within)[1]
 	client := &http.Client{Timeout: time.Second}
 	for {
 		resp, err := client.Get(url + "/readyz")
@@ -138,18 +184,18 @@ func (p *proc) ready(within time.Duration) (string, time.Duration) {
 }
 
 // wait waits for the process to exit and returns its log and exit error.
+// It reads stderr to its end before calling Wait: Wait closes the pipe, and
+// lines still unread then (the last ones, "catalogd stopped") would be lost.
 func (p *proc) wait(within time.Duration) (string, error) {
 	p.t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
 	select {
-	case err := <-done:
-		p.exited = true
-		return <-p.logs, err
+	case <-p.eof:
 	case <-time.After(within):
-		p.t.Fatalf("no exit within %v", within)
-		return "", nil
+		p.t.Fatalf("no exit within %v:\n%s", within, p.logs())
 	}
+	err := p.cmd.Wait()
+	p.exited = true
+	return p.logs(), err
 }
 
 // stop sends SIGTERM and checks for a clean exit.
@@ -168,6 +214,19 @@ func (p *proc) stop() string {
 		}
 	}
 	return logs
+}
+
+// TestProcReadsStderrToTheEnd: a process that writes its last lines just
+// before it exits gets them all into the log the helper returns; calling
+// Wait while they were still being read would lose them.
+func TestProcReadsStderrToTheEnd(t *testing.T) {
+	for range 5 {
+		p := startProc(t, exec.Command("sh", "-c", `i=0; while [ $i -lt 5000 ]; do echo "line $i" >&2; i=$((i+1)); done; echo stopped >&2`))
+		logs, err := p.wait(20 * time.Second)
+		if err != nil || !strings.HasSuffix(logs, "line 4999\nstopped\n") || strings.Count(logs, "\n") != 5001 {
+			t.Fatalf("exit %v; %d lines, ending %q", err, strings.Count(logs, "\n"), logs[max(0, len(logs)-40):])
+		}
+	}
 }
 
 func get(t *testing.T, url string) (*http.Response, string) {
@@ -209,8 +268,10 @@ func TestBinaryServesAndStops(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if resp, _ := get(t, url+"/debug/pprof/"); resp.StatusCode != 404 {
-		t.Errorf("pprof served without -pprof: %d", resp.StatusCode)
+	for _, path := range []string{"/debug/pprof/", "/v1/hotkeys", "/hotkeys"} {
+		if resp, _ := get(t, url+path); resp.StatusCode != 404 {
+			t.Errorf("%s served on the API's port: %d", path, resp.StatusCode)
+		}
 	}
 	if logs := p.stop(); !strings.Contains(logs, "in-process tiers only") {
 		t.Errorf("no word of running without Redis:\n%s", logs)
@@ -218,15 +279,17 @@ func TestBinaryServesAndStops(t *testing.T) {
 }
 
 // TestBinaryWithRedis runs catalogd with -redis on a real redis-server and
-// -pprof: it reports Redis in /readyz, serves the second read from Redis
-// and, once the product is hot, from its hot tier, serves the profiles, and
+// an admin listener with -pprof: it reports Redis in /readyz, serves the
+// second read from Redis and, once the product is hot, from its hot tier,
+// serves the profiles and the hot keys on the admin listener only, and
 // still exits cleanly.
 func TestBinaryWithRedis(t *testing.T) {
 	binary(t) // skip in -short before starting Redis
 	redistest.Require(t)
 	r := redistest.Standalone(t)
-	p := startBinary(t, []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-redis", r.Addr(), "-pprof"})
+	p := startBinary(t, []string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-redis", r.Addr(), "-pprof"})
 	url, _ := p.ready(10 * time.Second)
+	admin := p.find(adminRe, time.Second)[1]
 	if resp, body := get(t, url+"/readyz"); !strings.Contains(body, `"redis":{"status":"ok","required":false}`) {
 		t.Errorf("readyz: %d %s", resp.StatusCode, body)
 	}
@@ -257,8 +320,18 @@ func TestBinaryWithRedis(t *testing.T) {
 		t.Error("product 7 never served from the hot tier in 500 reads")
 	}
 	t.Logf("served from the hot tier from read %d on", hot)
-	if resp, _ := get(t, url+"/debug/pprof/"); resp.StatusCode != 200 {
-		t.Errorf("pprof with -pprof: %d", resp.StatusCode)
+	if resp, _ := get(t, url+"/debug/pprof/"); resp.StatusCode != 404 {
+		t.Errorf("pprof on the API's port: %d", resp.StatusCode)
+	}
+	if resp, _ := get(t, admin+"/debug/pprof/"); resp.StatusCode != 200 {
+		t.Errorf("pprof on the admin listener: %d", resp.StatusCode)
+	}
+	if resp, body := get(t, admin+"/hotkeys"); resp.StatusCode != 200 || !strings.Contains(body, `"product":[{"key":"7"`) {
+		t.Errorf("admin /hotkeys: %d %s", resp.StatusCode, body)
+	}
+	_, metrics := get(t, url+"/metrics")
+	if !strings.Contains(metrics, `holdfast_hot_key_reads_per_second{key="7",namespace="product"}`) {
+		t.Error("/metrics lacks product 7's hot-key series: product ids are label values")
 	}
 	if logs := p.stop(); !strings.Contains(logs, "shared tier: Redis") {
 		t.Errorf("no word of Redis:\n%s", logs)
@@ -286,10 +359,11 @@ func TestBinaryRedisUnreachable(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "redis") {
-		t.Fatalf("readyz with Redis down: %d %s", resp.StatusCode, body)
+	if want := `{"status":"ready","checks":{"database":{"status":"ok","required":true},"redis":{"status":"down","required":false}}}` + "\n"; resp.StatusCode != 200 || string(body) != want {
+		t.Fatalf("readyz with Redis down: %d %s, want 200 %s (which checks are down, not why)", resp.StatusCode, body, want)
 	}
-	if logs := p.stop(); !strings.Contains(logs, "Redis not reachable yet") {
+	p.find(regexp.MustCompile(`msg="readiness check failing" check=redis error=`), time.Second)
+	if logs := p.stop(); !strings.Contains(logs, "Redis not connected yet") {
 		t.Errorf("no warning that Redis is unreachable in the log:\n%s", logs)
 	}
 }
@@ -330,4 +404,226 @@ func newQuietMain() *Main {
 	m := NewMain()
 	m.Stderr = io.Discard
 	return m
+}
+
+// TestBinaryAdminListener: a CPU profile in flight on the admin listener
+// when SIGTERM comes is drained like an API request: the client gets the
+// whole profile, then the process exits cleanly and the admin port is
+// closed.
+func TestBinaryAdminListener(t *testing.T) {
+	p := startBinary(t, []string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-pprof", "-data-dir", t.TempDir()}, "CATALOGD_REDIS=")
+	p.ready(20 * time.Second)
+	admin := p.find(adminRe, time.Second)[1]
+	type answer struct {
+		status int
+		n      int
+		err    error
+	}
+	got := make(chan answer, 1)
+	started := time.Now()
+	go func() {
+		resp, err := http.Get(admin + "/debug/pprof/profile?seconds=2")
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		got <- answer{resp.StatusCode, len(b), err}
+	}()
+	time.Sleep(500 * time.Millisecond) // the profile is running
+	logs := p.stop()
+	a := <-got
+	if a.err != nil || a.status != 200 || a.n == 0 {
+		t.Errorf("profile in flight at SIGTERM: status %d, %d bytes, %v\n%s", a.status, a.n, a.err, logs)
+	}
+	if d := time.Since(started); d < 2*time.Second {
+		t.Errorf("the profile ended after %v, before its 2 s: cut off by shutdown", d)
+	}
+	if _, err := http.Get(admin + "/hotkeys"); err == nil {
+		t.Error("the admin listener still answers after exit")
+	}
+}
+
+// TestAdminAddrMustBeLoopback: the admin listener has no authentication, so
+// catalogd refuses, before it opens anything, an -admin-addr that is not
+// on loopback, and -pprof without one; it exits 2 saying why.
+func TestAdminAddrMustBeLoopback(t *testing.T) {
+	for _, addr := range []string{":6060", "0.0.0.0:6060", "[::]:6060", "10.1.2.3:6060", "example.com:6060", "127.0.0.1"} {
+		if err := newQuietMain().ParseFlags([]string{"-admin-addr", addr}); err == nil || !strings.Contains(err.Error(), "-admin-addr") {
+			t.Errorf("-admin-addr %s: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:6060", "localhost:6060", "127.0.0.2:6060"} {
+		if err := newQuietMain().ParseFlags([]string{"-admin-addr", addr, "-pprof"}); err != nil {
+			t.Errorf("-admin-addr %s: %v", addr, err)
+		}
+	}
+	if err := newQuietMain().ParseFlags([]string{"-pprof"}); err == nil || !strings.Contains(err.Error(), "-admin-addr") {
+		t.Errorf("-pprof without -admin-addr: %v", err)
+	}
+	p := startBinary(t, []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir()}, "CATALOGD_ADMIN_ADDR=0.0.0.0:0")
+	logs, err := p.wait(10 * time.Second)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(logs, `-admin-addr "0.0.0.0:0" is not a loopback address`) {
+		t.Errorf("CATALOGD_ADMIN_ADDR=0.0.0.0:0: exit %v\n%s", err, logs)
+	}
+}
+
+// TestBinaryRedisPassword: catalogd takes Redis's password from
+// CATALOGD_REDIS_PASSWORD (there is no flag for it: ps would show it) and
+// uses Redis with it. With a wrong one it still starts and serves from its
+// own tiers; the refusal is logged once, clearly, although the tier keeps
+// retrying in the background; the password is in neither the log nor
+// /readyz.
+func TestBinaryRedisPassword(t *testing.T) {
+	binary(t) // skip in -short before starting Redis
+	const password = "s3cret-Pa55"
+	r := redistest.Standalone(t, redistest.Options{Access: redistest.Access{Password: password}})
+	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-redis", r.Addr()}
+
+	p := usesRedis(t, r, args, envRedisPassword+"="+password)
+	if logs := p.stop(); !strings.Contains(logs, "auth=true") || strings.Contains(logs, password) {
+		t.Errorf("want auth=true and no password in the log:\n%s", logs)
+	}
+
+	p = startBinary(t, args, envRedisPassword+"=wrong-"+password)
+	url, _ := p.ready(10 * time.Second)
+	if resp, _ := get(t, url+"/v1/products/42"); resp.StatusCode != 200 {
+		t.Errorf("GET product with Redis refusing the password: %d", resp.StatusCode)
+	}
+	if _, body := get(t, url+"/readyz"); !strings.Contains(body, `"redis":{"status":"down"`) || strings.Contains(body, password) {
+		t.Errorf("readyz with a wrong password: %s", body)
+	}
+	// The tier retries after 250 ms, 500 ms, 1 s, 2 s (jittered): by 5 s
+	// after start it has been refused several times.
+	time.Sleep(5*time.Second - time.Since(p.start))
+	logs := p.stop()
+	refused := regexp.MustCompile(`level=ERROR msg="redis tier: authentication failed" error=".*WRONGPASS[^"]*"`)
+	if n := len(refused.FindAllString(logs, -1)); n != 1 || strings.Contains(logs, password) {
+		t.Errorf("%d lines of the refused password, want 1, and no password:\n%s", n, logs)
+	}
+}
+
+// TestBinaryRedisFailuresLogged: Redis killed under a loaded catalogd makes
+// one log line of failing calls (not one per request), and its return one
+// line; readyz says Redis is down, not why.
+func TestBinaryRedisFailuresLogged(t *testing.T) {
+	binary(t)
+	r := redistest.Standalone(t)
+	p := startBinary(t, []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-redis", r.Addr()})
+	url, _ := p.ready(10 * time.Second)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		client := &http.Client{Timeout: 5 * time.Second}
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			// Products not read before: each read asks Redis.
+			if resp, err := client.Get(fmt.Sprintf("%s/v1/products/%d", url, i%10000+1)); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	stopped := false
+	defer func() {
+		if !stopped {
+			close(stop)
+			<-done
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r.Kill()
+	p.find(regexp.MustCompile(`msg="Redis calls failing; serving from in-process tiers and the database" timeouts=\d+ breaker=\w+ count=\d+`), 10*time.Second)
+	resp, body := get(t, url+"/readyz")
+	if want := `"redis":{"status":"down","required":false}`; resp.StatusCode != 200 || !strings.Contains(body, want) || strings.Contains(body, r.Addr()) {
+		t.Errorf("readyz with Redis killed: %d %s, want 200 with %s and no address", resp.StatusCode, body, want)
+	}
+	time.Sleep(2 * time.Second) // more failures, within the minute: no new line
+	r.Restart()
+	p.find(regexp.MustCompile(`msg="Redis calls succeed again" failures_not_logged=[1-9]\d*`), 40*time.Second)
+	close(stop)
+	<-done
+	stopped = true
+	logs := p.stop()
+	if n := strings.Count(logs, `msg="Redis calls failing`); n != 1 {
+		t.Errorf("%d lines of failing calls, want 1:\n%s", n, logs)
+	}
+	if n := strings.Count(logs, `msg="readiness check failing" check=redis`); n != 1 {
+		t.Errorf("%d lines of the failing readiness check, want 1:\n%s", n, logs)
+	}
+}
+
+// TestBinaryRedisTLS: catalogd reaches a Redis that speaks TLS only, trusting
+// the CA given with -redis-tls-ca; without the CA it does not connect, and
+// says the certificate is the reason.
+func TestBinaryRedisTLS(t *testing.T) {
+	binary(t)
+	ca, err := redistest.NewCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := redistest.Standalone(t, redistest.Options{Access: redistest.Access{TLS: ca, Password: "pw"}})
+	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-redis", r.Addr()}
+
+	p := usesRedis(t, r, append(args, "-redis-tls-ca", ca.CertFile), envRedisPassword+"=pw")
+	if logs := p.stop(); !strings.Contains(logs, "tls=true") {
+		t.Errorf("no word of TLS:\n%s", logs)
+	}
+
+	p = startBinary(t, append(args, "-redis-tls"), envRedisPassword+"=pw")
+	p.ready(10 * time.Second)
+	p.find(regexp.MustCompile(`level=ERROR msg="redis tier: TLS failed" error=".*certificate`), 5*time.Second)
+	p.stop()
+}
+
+// usesRedis starts catalogd with args and env and checks that it uses r:
+// /readyz says Redis is ok, and a product read is written to r.
+func usesRedis(t *testing.T, r *redistest.Server, args []string, env ...string) *proc {
+	t.Helper()
+	p := startBinary(t, args, env...)
+	url, _ := p.ready(10 * time.Second)
+	if _, body := get(t, url+"/readyz"); !strings.Contains(body, `"redis":{"status":"ok"`) {
+		t.Errorf("readyz: %s", body)
+	}
+	get(t, url+"/v1/products/7")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n, err := r.CLI(context.Background(), "EXISTS", "catalogd:product:7"); err == nil && n == "1" {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("product 7 not in Redis 5 s after it was read:\n%s", p.logs())
+		}
+	}
+}
+
+// TestRedisSecretsFromEnvironmentOnly: the username and password come from
+// the environment; no flag takes them, so they cannot end up in ps, in
+// /proc/PID/cmdline or in pprof's cmdline.
+func TestRedisSecretsFromEnvironmentOnly(t *testing.T) {
+	t.Setenv(envRedisUsername, "catalogd")
+	t.Setenv(envRedisPassword, "pw")
+	m := newQuietMain()
+	if err := m.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	if m.Config.RedisUsername != "catalogd" || m.Config.RedisPassword != "pw" {
+		t.Errorf("username %q, password %q from the environment", m.Config.RedisUsername, m.Config.RedisPassword)
+	}
+	for _, f := range []string{"-redis-password", "-redis-username"} {
+		if err := newQuietMain().ParseFlags([]string{f, "x"}); err == nil {
+			t.Errorf("%s accepted as a flag", f)
+		}
+	}
+	var usage strings.Builder
+	m = NewMain()
+	m.Stderr = &usage
+	if err := m.ParseFlags([]string{"-h"}); !errors.Is(err, flag.ErrHelp) || !strings.Contains(usage.String(), envRedisPassword) {
+		t.Errorf("-h: %v, and the usage does not name %s:\n%s", err, envRedisPassword, usage.String())
+	}
 }

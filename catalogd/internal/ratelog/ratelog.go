@@ -37,18 +37,31 @@ func New(log *slog.Logger, level slog.Level, msg string, interval time.Duration)
 // previous line) unless a line was written less than the interval ago; then
 // it only counts. Attributes of skipped occurrences are not kept: the line
 // carries the latest.
-func (l *Logger) Log(ctx context.Context, attrs ...slog.Attr) {
+func (l *Logger) Log(ctx context.Context, attrs ...slog.Attr) { l.Add(ctx, 1, attrs...) }
+
+// Add is Log for n occurrences at once (failed calls counted since the
+// last look, say).
+func (l *Logger) Add(ctx context.Context, n int, attrs ...slog.Attr) {
 	now := time.Now()
 	l.mu.Lock()
 	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
-		l.skipped++
+		l.skipped += n
 		l.mu.Unlock()
 		return
 	}
-	count := l.skipped + 1
+	count := l.skipped + n
 	l.last, l.skipped = now, 0
 	l.mu.Unlock()
 	l.log.LogAttrs(ctx, l.level, l.msg, append(attrs, slog.Int("count", count))...)
+}
+
+// Reported records an occurrence that was logged some other way (a line
+// at startup): it starts an interval as a line of its own would, without
+// writing one.
+func (l *Logger) Reported() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = time.Now()
 }
 
 // Reset forgets the last line and the skipped count, so that the next

@@ -11,22 +11,10 @@ import (
 	"time"
 )
 
-// lockedBuffer is a log destination for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) lines() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Split(strings.TrimSuffix(w.b.String(), "\n"), "\n")
+// lines returns the lines written to b, read once the writers are done
+// (slog's handlers serialize their writes).
+func lines(b *bytes.Buffer) []string {
+	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 }
 
 // A flood of 1,000 occurrences over 25 s, from 10 goroutines, writes one line
@@ -35,7 +23,7 @@ func (w *lockedBuffer) lines() []string {
 // line.
 func TestFloodIsOneLinePerInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out lockedBuffer
+		var out bytes.Buffer
 		l := New(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{
 			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 				if a.Key == slog.TimeKey {
@@ -54,17 +42,17 @@ func TestFloodIsOneLinePerInterval(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		lines := out.lines()
+		got := lines(&out)
 		// Lines at 0 s, 10 s and 20 s.
-		if len(lines) != 3 {
-			t.Fatalf("%d lines for 1,000 occurrences over 25 s, want 3:\n%s", len(lines), strings.Join(lines, "\n"))
+		if len(got) != 3 {
+			t.Fatalf("%d lines for 1,000 occurrences over 25 s, want 3:\n%s", len(got), strings.Join(got, "\n"))
 		}
-		if !strings.Contains(lines[0], "count=1") || !strings.HasPrefix(lines[0], `level=WARN msg="redis failing"`) {
-			t.Errorf("first line %q, want the first occurrence alone", lines[0])
+		if !strings.Contains(got[0], "count=1") || !strings.HasPrefix(got[0], `level=WARN msg="redis failing"`) {
+			t.Errorf("first line %q, want the first occurrence alone", got[0])
 		}
 		// Every 250 ms each of 10 goroutines: 400 occurrences a 10 s
 		// interval.
-		for _, line := range lines[1:] {
+		for _, line := range got[1:] {
 			if !strings.HasSuffix(line, " count=400") {
 				t.Errorf("line %q, want count=400", line)
 			}
@@ -73,8 +61,26 @@ func TestFloodIsOneLinePerInterval(t *testing.T) {
 			t.Errorf("Reset: %d skipped since the last line, want 199", n)
 		}
 		l.Log(context.Background())
-		if lines := out.lines(); len(lines) != 4 || !strings.HasSuffix(lines[3], "count=1") {
-			t.Errorf("after Reset the next occurrence is not written at once: %q", lines[len(lines)-1])
+		if got := lines(&out); len(got) != 4 || !strings.HasSuffix(got[3], "count=1") {
+			t.Errorf("after Reset the next occurrence is not written at once: %q", got[len(got)-1])
+		}
+	})
+}
+
+// Add counts n occurrences; Reported starts an interval without a line.
+func TestAddAndReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out bytes.Buffer
+		l := New(slog.New(slog.NewTextHandler(&out, nil)), slog.LevelWarn, "failing", time.Minute)
+		l.Reported()
+		l.Add(context.Background(), 5)
+		if s := out.String(); s != "" {
+			t.Fatalf("a line within the interval Reported started: %s", s)
+		}
+		time.Sleep(time.Minute)
+		l.Add(context.Background(), 7)
+		if got := lines(&out); len(got) != 1 || !strings.HasSuffix(got[0], "count=12") {
+			t.Errorf("lines %q, want one with count=12", got)
 		}
 	})
 }
