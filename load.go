@@ -210,7 +210,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 			n.ctr.inc(evLoadTimeout)
 		}
 		if n.backoff != nil {
-			n.backoff.Set(key, struct{}{}, int64(len(key))+entryOverhead, n.now()+int64(n.p.LoadErrorBackoff))
+			n.backoff.Set(key, struct{}{}, 0, n.now()+int64(n.p.LoadErrorBackoff))
 		}
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))

@@ -2,6 +2,13 @@
 // values bounded in bytes, with a per-entry expiry and CLOCK (second-chance)
 // eviction.
 //
+// The bound is on the memory an entry really takes, not on its payload: each
+// entry is charged its key's bytes, the bytes its value holds (as the caller
+// says), its node and its share of the map, each rounded up as the Go
+// allocator rounds it (see Cost). For a 16-byte value the structures cost
+// over ten times the payload, so a bound on payload alone let a full store
+// hold about twice its budget.
+//
 // The same Store serves as the hot tier (small, short-lived, fresh values
 // only) and as the last-known-good store (larger, kept until the end of a
 // value's stale-if-error window). Both hold encoded bytes rather than decoded
@@ -22,15 +29,18 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Store is a concurrent map from string keys to values of type V, bounded by
-// the sum of the sizes given to Set. The zero Store is not usable; call New.
+// the sum of its entries' costs (Cost). The zero Store is not usable; call
+// New.
 type Store[V any] struct {
-	m      sync.Map // string → *node[V]; changed only under the key's shard lock
-	seed   maphash.Seed
-	mask   uint64
-	shards []shard[V]
+	m         sync.Map // string → *node[V]; changed only under the key's shard lock
+	seed      maphash.Seed
+	mask      uint64
+	shards    []shard[V]
+	nodeBytes int64 // a node[V] as allocated
 }
 
 type shard[V any] struct {
@@ -52,12 +62,17 @@ type node[V any] struct {
 	prev, next *node[V]
 }
 
-// New returns a Store that holds at most maxBytes of values (as counted by
-// the sizes given to Set), split evenly over its shards. A value larger than
-// one shard's share is not stored.
+// New returns a Store whose entries cost at most maxBytes in all (Cost),
+// split evenly over its shards. An entry that costs more than one shard's
+// share is not stored.
 func New[V any](maxBytes int64) *Store[V] {
 	n := shardCount()
-	s := &Store[V]{seed: maphash.MakeSeed(), mask: uint64(n - 1), shards: make([]shard[V], n)}
+	s := &Store[V]{
+		seed:      maphash.MakeSeed(),
+		mask:      uint64(n - 1),
+		shards:    make([]shard[V], n),
+		nodeBytes: SizeClass(int(unsafe.Sizeof(node[V]{}))),
+	}
 	per := maxBytes / int64(n)
 	for i := range s.shards {
 		s.shards[i].maxBytes = per
@@ -103,10 +118,13 @@ func (s *Store[V]) Get(key string, now int64) *V {
 }
 
 // Set stores v under key until expires, replacing any previous value, and
-// evicts older entries while the shard is over its byte budget. It reports
-// whether the value was stored.
-func (s *Store[V]) Set(key string, v V, size int64, expires int64) bool {
+// evicts older entries while the shard is over its byte budget. held is what
+// v keeps alive beyond itself: the allocations its slices and pointers
+// reference, each rounded with SizeClass (0 for a value with none). It
+// reports whether the value was stored.
+func (s *Store[V]) Set(key string, v V, held int64, expires int64) bool {
 	sh := s.shard(key)
+	size := s.Cost(key, held)
 	if size > sh.maxBytes {
 		s.Delete(key)
 		return false
@@ -154,7 +172,7 @@ func (s *Store[V]) Clear() {
 // Stats is a snapshot of a Store's size.
 type Stats struct {
 	Entries int
-	Bytes   int64
+	Bytes   int64 // the sum of the entries' costs
 	Evicted uint64
 }
 

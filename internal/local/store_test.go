@@ -19,8 +19,8 @@ func TestGetSetExpiry(t *testing.T) {
 	if v := s.Get("a", 150); v == nil || *v != "B" {
 		t.Fatalf("Get after replace = %v", v)
 	}
-	if st := s.Stats(); st.Entries != 1 || st.Bytes != 10 {
-		t.Fatalf("stats after replace = %+v, want 1 entry of 10 bytes", st)
+	if st := s.Stats(); st.Entries != 1 || st.Bytes != s.Cost("a", 10) {
+		t.Fatalf("stats after replace = %+v, want 1 entry of %d bytes", st, s.Cost("a", 10))
 	}
 	s.Delete("a")
 	if v := s.Get("a", 0); v != nil {
@@ -56,7 +56,7 @@ func TestBoundedInBytes(t *testing.T) {
 func TestSecondChance(t *testing.T) {
 	s := New[int](0)
 	sh := &s.shards[0]
-	sh.maxBytes = 300
+	sh.maxBytes = 3 * s.Cost("k0", 100) // three entries; keys "k0" to "k99" cost alike
 	// Force every key into shard 0 by using the shard directly through Set
 	// with keys that hash there.
 	var keys []string
@@ -103,8 +103,8 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	st := s.Stats()
-	if st.Bytes != int64(st.Entries)*64 {
-		t.Fatalf("byte count %d does not match %d entries of 64 bytes", st.Bytes, st.Entries)
+	if per := s.Cost("0", 64); st.Bytes != int64(st.Entries)*per {
+		t.Fatalf("byte count %d does not match %d entries of %d bytes", st.Bytes, st.Entries, per)
 	}
 	s.Clear()
 	if st := s.Stats(); st.Entries != 0 || st.Bytes != 0 {

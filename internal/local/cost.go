@@ -1,0 +1,45 @@
+package local
+
+import "slices"
+
+// mapEntryBytes is what one key costs in the Store's sync.Map beyond the
+// key's bytes and the node: the map's entry (48 bytes), the key boxed in an
+// interface (16) and the entry's share of the hash-trie's inner nodes
+// (160-byte nodes, more of them once deletes have left chains behind). It is
+// measured, not derived: the live heap after two runtime.GCs, less the heap
+// before, over the entries of stores of 1 to 32 MiB (4,000 to 150,000
+// entries) filled and then replaced twice over by evictions, less each
+// entry's node and key bytes, came to 142 to 149 bytes an entry (Go 1.26,
+// amd64; 120 to 127 in a store filled once, never evicting). Rounded up, so
+// that a store that has run a while does not go over its budget.
+// TestCostMatchesHeap checks it against the heap.
+const mapEntryBytes = 152
+
+// Cost is what an entry of key whose value holds held bytes (see Set) costs
+// in s: the key's bytes and the node as allocated, the map's share and held.
+// Each store charges the whole of it, so two stores sharing a key or a
+// value's bytes each count them.
+func (s *Store[V]) Cost(key string, held int64) int64 {
+	return SizeClass(len(key)) + s.nodeBytes + mapEntryBytes + held
+}
+
+// sizeClasses are the sizes the Go allocator hands out for objects up to
+// maxSmall bytes (runtime size classes, internal/runtime/gc/sizeclasses.go):
+// a 16,424-byte slice takes 18,432 bytes. TestSizeClass checks them against
+// what append allocates, so a runtime that changes them fails the test.
+var sizeClasses = [...]int32{0, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880, 12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
+
+const (
+	maxSmall = 32 << 10 // larger objects get whole pages
+	pageSize = 8 << 10
+)
+
+// SizeClass returns the bytes the Go allocator takes for an object of n
+// bytes with no pointers (a []byte's or a string's backing array).
+func SizeClass(n int) int64 {
+	if n > maxSmall {
+		return int64((n + pageSize - 1) &^ (pageSize - 1))
+	}
+	i, _ := slices.BinarySearch(sizeClasses[:], int32(n))
+	return int64(sizeClasses[i])
+}

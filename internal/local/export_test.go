@@ -1,0 +1,5 @@
+package local
+
+// Shards is how many shards s splits its budget over, for the external
+// tests.
+func Shards[V any](s *Store[V]) int { return len(s.shards) }

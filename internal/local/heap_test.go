@@ -1,0 +1,53 @@
+package local_test
+
+// An external test: memtest reads through package holdfast, which imports
+// this package.
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/holdfast-dev/holdfast/internal/local"
+	"github.com/holdfast-dev/holdfast/internal/memtest"
+)
+
+// A Store filled to its budget, and evicting, holds about its budget in live
+// heap: the costs Set charges are what the entries take.
+func TestCostMatchesHeap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills 4 MiB stores")
+	}
+	const budget = 4 << 20
+	for _, size := range []int{0, 16, 512, 16 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			base := memtest.LiveHeap()
+			s := local.New[[]byte](budget)
+			_, err := memtest.Fill(func(keys []string) error {
+				for _, k := range keys {
+					v := make([]byte, size)
+					s.Set(k, v, local.SizeClass(cap(v)), 1<<62)
+				}
+				return nil
+			}, func() int { return s.Stats().Entries })
+			if err != nil {
+				t.Fatal(err)
+			}
+			heap := memtest.LiveHeap() - base
+			st := s.Stats()
+			runtime.KeepAlive(s)
+			cost := s.Cost("q:0000000000", local.SizeClass(size)) // Fill's keys
+			ratio := float64(heap) / float64(st.Bytes)
+			t.Logf("%d entries of %d bytes: heap/budget %.3f, heap/charged %.3f, fill %.3f", st.Entries, cost, float64(heap)/budget, ratio, float64(st.Bytes)/budget)
+			// The heap is within a few percent of the charged cost, short
+			// of it by the rounding up of mapEntryBytes.
+			if ratio > 1.05 || ratio < 0.85 {
+				t.Errorf("live heap is %.3f of the charged bytes, want 0.85 to 1.05", ratio)
+			}
+			// Each shard is full but for less than one entry.
+			if short := budget - st.Bytes; short >= int64(local.Shards(s))*cost {
+				t.Errorf("the store holds %d bytes, %d short of its budget: more than one entry a shard", st.Bytes, short)
+			}
+		})
+	}
+}
