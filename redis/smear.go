@@ -23,9 +23,10 @@ import (
 // key itself included, every one on a different primary, and a read goes to
 // one of them at random.
 //
-// Copy keys are "{<tag>#<s>}<key>", where tag is a hash of the key and s the
-// smallest suffixes whose slots fall on primaries that hold neither the key
-// nor another copy. A random suffix can land two copies on one node;
+// Copy keys are "<prefix>{<tag>#<s>}<rest>", for a key "<prefix><rest>"
+// (prefix is Options.KeyPrefix, so an ACL limited to it covers the copies),
+// where tag is a hash of the key and s the smallest suffixes whose slots
+// fall on primaries that hold neither the key nor another copy. A random suffix can land two copies on one node;
 // choosing from the slot map cannot. The choice depends only on which slots
 // share a primary, so processes with the same map make the same one, and it
 // follows the map when slots move.
