@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/catalogd/internal/pgtest"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/jackc/pgx/v5"
 )
 
 var (
@@ -62,7 +65,7 @@ type buildError struct {
 func (e *buildError) Error() string { return "go build: " + e.err.Error() + "\n" + e.out }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := pgtest.Main(m) // drops the PostgreSQL cluster if a test started one
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
@@ -625,5 +628,49 @@ func TestRedisSecretsFromEnvironmentOnly(t *testing.T) {
 	m.Stderr = &usage
 	if err := m.ParseFlags([]string{"-h"}); !errors.Is(err, flag.ErrHelp) || !strings.Contains(usage.String(), envRedisPassword) {
 		t.Errorf("-h: %v, and the usage does not name %s:\n%s", err, envRedisPassword, usage.String())
+	}
+}
+
+// TestBinaryReadyzPostgresDown: catalogd on a real PostgreSQL whose database
+// is dropped under it: /readyz is 503 and says the database is down, but
+// not PostgreSQL's error, which names the host, the user and the database;
+// that goes to the log.
+func TestBinaryReadyzPostgresDown(t *testing.T) {
+	binary(t)
+	dsn := pgtest.NewDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, db := u.User.Username(), strings.TrimPrefix(u.Path, "/")
+	p := startBinary(t, []string{"-addr", "127.0.0.1:0"}, "CATALOGD_POSTGRES_DSN="+dsn, "CATALOGD_REDIS=")
+	base, _ := p.ready(60 * time.Second)
+
+	// The owner drops the database from another one, ending catalogd's
+	// sessions (FORCE).
+	u.Path = "/postgres"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
+		t.Fatal(err)
+	}
+	// The first poll meets a session that was ended, later ones a
+	// database that does not exist ("FATAL: database ... does not exist",
+	// with the user and the address).
+	want := `{"status":"not_ready","checks":{"database":{"status":"down","required":true}}}` + "\n"
+	for range 3 {
+		if resp, body := get(t, base+"/readyz"); resp.StatusCode != 503 || body != want {
+			t.Errorf("readyz with the database gone: %d %s, want 503 %s", resp.StatusCode, body, want)
+		}
+	}
+	p.find(regexp.MustCompile(`msg="readiness check failing" check=database error=`), 5*time.Second)
+	logs := p.stop()
+	if n := strings.Count(logs, `msg="readiness check failing"`); n != 1 || strings.Contains(logs, u.User.String()) {
+		t.Errorf("%d lines of the failing check after 3 polls, want 1; and the password of %s must not be in the log:\n%s", n, user, logs)
 	}
 }
