@@ -440,8 +440,6 @@ func (m *Main) Close() error {
 	return errors.Join(errs...)
 }
 
-// redisNodes converts the Redis tier's per-node snapshot for the exporter:
-// none while it is still connecting, or for a standalone server.
 // redisBreaker converts the tier's breaker for the exporter; false until
 // the tier has connected.
 func redisBreaker(l *redis.Lazy) (holdfastprom.Breaker, bool) {
@@ -453,6 +451,8 @@ func redisBreaker(l *redis.Lazy) (holdfastprom.Breaker, bool) {
 	return holdfastprom.Breaker{State: breakerState(st.BreakerState), Opens: st.BreakerOpens, Transitions: st.BreakerTransitions}, true
 }
 
+// redisNodes converts the Redis tier's per-node snapshot for the exporter:
+// none while it is still connecting, or for a standalone server.
 func redisNodes(l *redis.Lazy) []holdfastprom.Node {
 	t := l.Tier()
 	if t == nil {

@@ -16,7 +16,7 @@ import (
 const (
 	ReadHeaderTimeout = 5 * time.Second
 	ReadTimeout       = 15 * time.Second  // whole request, body included (64 KiB at most)
-	WriteTimeout      = 60 * time.Second  // long enough for a 30 s CPU profile under -pprof
+	WriteTimeout      = 60 * time.Second  // long enough for a 30 s CPU profile on the admin listener
 	IdleTimeout       = 120 * time.Second // keep-alive connections between requests
 	MaxHeaderBytes    = 64 << 10
 )
