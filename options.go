@@ -49,7 +49,9 @@ type Options struct {
 	// MaxPendingInvalidations bounds, per namespace, the invalidations kept
 	// for replay because the shared tier's delete failed or was skipped.
 	// Beyond it an invalidation is dropped from the queue (the local copies
-	// still go), counted and logged. Default 100,000.
+	// still go), counted and logged. Default 100,000. Each holds its key and
+	// up to 56 bytes of map (measured), so a full queue of 64-byte keys takes
+	// about 11 MiB.
 	MaxPendingInvalidations int
 
 	// ReplayInterval is how often pending invalidations are retried.
@@ -139,6 +141,15 @@ type Policy struct {
 	// shared tier, with StaleIfError, or with SoftTTL < TTL (the store then
 	// also holds values between soft and hard); else no store. Values are
 	// kept as encoded bytes.
+	//
+	// The bound is on the memory entries take, not on their payload: an
+	// entry is charged its key and its envelope (the value and a 40-byte
+	// header) as the Go allocator rounds them, plus 296 bytes of node and
+	// map, measured. So 32 MiB holds about 89,000 16-byte values under
+	// 12-byte keys, 38,000 of 512 bytes, 1,800 of 16 KiB (18 KiB each as
+	// allocated). An entry also in the hot tier shares its key and envelope
+	// with it, and both count them: the two budgets together bound the
+	// namespace's stores from above.
 	LastKnownGoodBytes int64
 
 	// MaxValueBytes refuses loaded values larger than this with ErrTooLarge;
@@ -158,7 +169,8 @@ type HotPolicy struct {
 	// TTL is how long a value stays in the hot tier; it is never kept past
 	// the value's soft time. Default 1 minute.
 	TTL time.Duration
-	// MaxBytes bounds the tier. Default 16 MiB.
+	// MaxBytes bounds the memory the tier's entries take, counted as for
+	// Policy.LastKnownGoodBytes. Default 16 MiB.
 	MaxBytes int64
 	// Keys chooses which keys enter the hot tier: every key read (HotAll),
 	// or only the keys read at least Threshold times a second, found as
