@@ -15,7 +15,7 @@ import (
 // the handler must never panic or answer 5xx (the fake store never fails),
 // and every 4xx must be a JSON error with a code.
 //
-//	go test -run '^$' -fuzz FuzzRequest -fuzztime 30s ./http
+//	go test -run '^$' -fuzz FuzzRequest -fuzztime 30s ./httpapi
 func FuzzRequest(f *testing.F) {
 	f.Add(uint8(0), "/v1/products/1", "", "", "")
 	f.Add(uint8(0), "/v1/products", "category=home&page=2&size=1&sort=-price", "", "")
@@ -24,6 +24,10 @@ func FuzzRequest(f *testing.F) {
 	f.Add(uint8(1), "/v1/products/2", "", `{"name":"A","price_cents":1,"status":"active","category":"c","version":1}`, "")
 	f.Add(uint8(2), "/v1/products/3/reserve", "", `{"quantity":2}`, "")
 	f.Add(uint8(3), "/v1/products/3", "", "", "")
+	f.Add(uint8(2), "/v1/products/3/reserve", "", `{"quantity":1,"quantity":5}`, "")
+	f.Add(uint8(1), "/v1/products/2", "", `{"name":"A","Price_Cents":1,"status":"active","category":"c"}`, `"1", W/"2"`)
+	f.Add(uint8(0), "/v1/search", "q=%7Bx%7D", "", "")
+	f.Add(uint8(0), "/v1/products", "category=%zz;sort=name", "", "")
 
 	cache, err := holdfast.New(holdfast.Options{Logger: quiet})
 	if err != nil {
@@ -42,6 +46,9 @@ func FuzzRequest(f *testing.F) {
 		req.URL, req.RequestURI = u, u.RequestURI()
 		if ifMatch != "" && !strings.ContainsAny(ifMatch, "\r\n") {
 			req.Header.Set("If-Match", ifMatch)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

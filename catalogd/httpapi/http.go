@@ -271,6 +271,18 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if !cfg.Cache.Capabilities().HotSharing {
 		pol = pol.withoutHotShare()
 	}
+	// A key limit below the longest key valid input makes would turn valid
+	// requests into 400s; refuse it here rather than at the first long
+	// category.
+	for _, k := range []struct {
+		name string
+		p    holdfast.Policy
+		max  int
+	}{{NamespaceList, pol.List, maxListKeyBytes}, {NamespaceSearch, pol.Search, maxSearchKeyBytes}} {
+		if k.p.MaxKeyBytes != 0 && k.p.MaxKeyBytes < k.max {
+			return nil, fmt.Errorf("catalogd http: %s MaxKeyBytes %d is below the %d bytes its longest valid key takes", k.name, k.p.MaxKeyBytes, k.max)
+		}
+	}
 	var err error
 	for _, ns := range []struct {
 		dst  **holdfast.Namespace

@@ -39,6 +39,7 @@ type setup struct {
 	maxLoads int
 	checks   []httpapi.Check
 	policies func(*httpapi.Policies) // adjusts testPolicies
+	logger   *slog.Logger            // default quiet
 }
 
 type env struct {
@@ -59,6 +60,12 @@ func testPolicies() httpapi.Policies {
 	return p
 }
 
+// withoutReservedLoads makes product and stock reads share the cache-wide
+// load limit with the others, for tests of what happens when it is full.
+func withoutReservedLoads(p *httpapi.Policies) {
+	p.Product.ReservedLoads, p.Stock.ReservedLoads = 0, 0
+}
+
 func newEnv(t *testing.T, s setup) *env {
 	t.Helper()
 	cache, err := holdfast.New(holdfast.Options{Shared: s.shared, MaxConcurrentLoads: s.maxLoads, Clock: timeClock{}, Logger: quiet})
@@ -71,8 +78,12 @@ func newEnv(t *testing.T, s setup) *env {
 	if s.policies != nil {
 		s.policies(&pol)
 	}
+	logger := s.logger
+	if logger == nil {
+		logger = quiet
+	}
 	h, err := httpapi.NewHandler(httpapi.Config{
-		Store: store, Cache: cache, Policies: pol, Clock: timeClock{}, Logger: quiet,
+		Store: store, Cache: cache, Policies: pol, Clock: timeClock{}, Logger: logger,
 		Registry: prometheus.NewRegistry(), Checks: s.checks,
 	})
 	if err != nil {
@@ -91,12 +102,43 @@ func (e *env) do(method, target, body string, header ...string) *httptest.Respon
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
+	// Writes need the JSON media type; a test that wants none sends an
+	// empty Content-Type.
+	if _, ok := req.Header["Content-Type"]; body != "" && !ok {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	rec := httptest.NewRecorder()
 	e.h.ServeHTTP(rec, req)
 	return rec
 }
 
 func (e *env) get(target string) *httptest.ResponseRecorder { return e.do(http.MethodGet, target, "") }
+
+// refusal is a request the handler must refuse with status and a JSON
+// error of the given code.
+type refusal struct {
+	name, method, target, body string
+	header                     []string
+	status                     int
+	code                       string
+}
+
+// refuses sends each request, checks its refusal, and runs the extra checks
+// on the response.
+func (e *env) refuses(t *testing.T, cases []refusal, checks ...func(*testing.T, *httptest.ResponseRecorder)) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := e.do(c.method, c.target, c.body, c.header...)
+			if code := errorCode(t, rec, c.status); code != c.code {
+				t.Errorf("code %q, want %q", code, c.code)
+			}
+			for _, check := range checks {
+				check(t, rec)
+			}
+		})
+	}
+}
 
 // errorCode checks that rec is a JSON error with the given status and
 // returns its code.
@@ -277,7 +319,7 @@ func TestStaleIfError(t *testing.T) {
 // another key has nothing stale to serve and gets 503 with Retry-After and
 // a JSON error at once, not after a wait; the slow load still completes.
 func TestOverloaded(t *testing.T) {
-	e := newEnv(t, setup{maxLoads: 1})
+	e := newEnv(t, setup{maxLoads: 1, policies: withoutReservedLoads})
 	e.store.blockID, e.store.entered, e.store.release = 4, make(chan struct{}), make(chan struct{})
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- e.get("/v1/products/4") }()
@@ -420,12 +462,7 @@ func TestReserve(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	long := strings.Repeat("a", catalog.MaxPrefixLen+1)
 	okBody := `{"name":"X","price_cents":1,"status":"active","category":"c"}`
-	cases := []struct {
-		name, method, target, body string
-		header                     []string
-		status                     int
-		code                       string
-	}{
+	cases := []refusal{
 		{"letters id", "GET", "/v1/products/abc", "", nil, 400, "invalid_id"},
 		{"zero id", "GET", "/v1/products/0", "", nil, 400, "invalid_id"},
 		{"negative id", "GET", "/v1/products/-1", "", nil, 400, "invalid_id"},
@@ -458,8 +495,8 @@ func TestBadInput(t *testing.T) {
 		{"PUT bad status", "PUT", "/v1/products/1", `{"name":"X","price_cents":1,"status":"gone","category":"c"}`, []string{"If-Match", `"1"`}, 400, "invalid_input"},
 		{"PUT negative price", "PUT", "/v1/products/1", `{"name":"X","price_cents":-1,"status":"active","category":"c"}`, []string{"If-Match", `"1"`}, 400, "invalid_input"},
 		{"PUT no version", "PUT", "/v1/products/1", okBody, nil, 428, "version_required"},
-		{"PUT weak If-Match", "PUT", "/v1/products/1", okBody, []string{"If-Match", `W/"1"`}, 400, "invalid_if_match"},
-		{"PUT If-Match star", "PUT", "/v1/products/1", okBody, []string{"If-Match", `*`}, 400, "invalid_if_match"},
+		{"PUT weak If-Match", "PUT", "/v1/products/1", okBody, []string{"If-Match", `W/"1"`}, 412, "precondition_failed"},
+		{"PUT If-Match star", "PUT", "/v1/products/1", okBody, []string{"If-Match", `*`}, 428, "version_required"},
 		{"PUT versions disagree", "PUT", "/v1/products/1", `{"name":"X","price_cents":1,"status":"active","category":"c","version":2}`, []string{"If-Match", `"1"`}, 400, "invalid_if_match"},
 		{"reserve zero", "POST", "/v1/products/1/reserve", `{"quantity":0}`, nil, 400, "invalid_input"},
 		{"reserve unknown field", "POST", "/v1/products/1/reserve", `{"quantity":1,"qty":1}`, nil, 400, "unknown_field"},
@@ -468,14 +505,7 @@ func TestBadInput(t *testing.T) {
 		{"reserve body over 64 KiB", "POST", "/v1/products/1/reserve", strings.Repeat(" ", 65<<10) + `{"quantity":1}`, nil, 413, "body_too_large"},
 	}
 	e := newEnv(t, setup{})
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			rec := e.do(c.method, c.target, c.body, c.header...)
-			if code := errorCode(t, rec, c.status); code != c.code {
-				t.Errorf("code %q, want %q", code, c.code)
-			}
-		})
-	}
+	e.refuses(t, cases)
 	if got := e.do("DELETE", "/v1/products/1", "").Header().Get("Allow"); got != "GET, HEAD, PUT" {
 		t.Errorf("Allow %q", got)
 	}
@@ -497,7 +527,7 @@ func TestListAndSearch(t *testing.T) {
 	if page.Total != 3 || len(page.Items) != 2 || page.Page != 1 || page.Size != 2 {
 		t.Errorf("page %+v", page)
 	}
-	wantCacheStatus(t, e.get("/v1/products?size=2&category=kitchen&page=1&sort=name&ignored=1"), "holdfast; hit; detail=hot")
+	wantCacheStatus(t, e.get("/v1/products?size=2&category=kitchen&page=1&sort=name"), "holdfast; hit; detail=hot")
 
 	type searchBody struct {
 		Prefix string            `json:"prefix"`
@@ -643,7 +673,10 @@ func TestRacingLoadIsRefused(t *testing.T) {
 func TestRejectedRefreshServesStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The slow load must outlast the test's 6 s.
-		e := newEnv(t, setup{maxLoads: 1, policies: func(p *httpapi.Policies) { p.Product.LoadTimeout = time.Minute }})
+		e := newEnv(t, setup{maxLoads: 1, policies: func(p *httpapi.Policies) {
+			withoutReservedLoads(p)
+			p.Product.LoadTimeout = time.Minute
+		}})
 		e.get("/v1/products/1")
 		e.get("/v1/products/3")
 		e.store.blockID, e.store.entered, e.store.release = 4, make(chan struct{}), make(chan struct{})

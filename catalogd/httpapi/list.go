@@ -3,9 +3,9 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -18,7 +18,12 @@ import (
 // of active products. The query is normalized (catalog.ListQuery.Normalize)
 // before it becomes the cache key, so "?page=1" and "" share an entry.
 func (h *Handler) listProducts(w http.ResponseWriter, r *http.Request) {
-	q, err := parseListQuery(r.URL.Query())
+	v, err := parseQuery(r, "category", "page", "size", "sort")
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	q, err := parseListQuery(v)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -29,6 +34,24 @@ func (h *Handler) listProducts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.writeCached(w, res)
+}
+
+// parseQuery parses the request's query string strictly: a malformed one
+// ("%zz", a ';' separator) or a parameter not in allowed is a 400. Go's
+// URL.Query drops what it cannot parse, so "?category=%zz" would list every
+// category and "?sort=name;DROP" the default order, each answering a
+// question the client did not ask.
+func parseQuery(r *http.Request, allowed ...string) (url.Values, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, codeInvalidQuery, "the query string is malformed: %v", err)
+	}
+	for name := range v {
+		if !slices.Contains(allowed, name) {
+			return nil, errorf(http.StatusBadRequest, codeInvalidQuery, "unknown query parameter %q; this endpoint takes %s", name, strings.Join(allowed, ", "))
+		}
+	}
+	return v, nil
 }
 
 // single returns the one value of a query parameter; a repeated parameter
@@ -78,22 +101,10 @@ func parseListQuery(v url.Values) (catalog.ListQuery, error) {
 	return q, nil
 }
 
-// listKey is the cache key of a normalized query: every field explicit, in
-// a fixed order, the category escaped so that no value can fake another
-// field.
-func listKey(q catalog.ListQuery) string {
-	return "category=" + url.QueryEscape(q.Category) + "&page=" + strconv.Itoa(q.Page) +
-		"&size=" + strconv.Itoa(q.Size) + "&sort=" + url.QueryEscape(string(q.Sort))
-}
-
 func (h *Handler) listLoader(ctx context.Context, key string) ([]byte, error) {
-	v, err := url.ParseQuery(key)
+	q, err := parseListKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("catalogd http: bad list key %q: %w", key, err)
-	}
-	q, err := parseListQuery(v)
-	if err != nil {
-		return nil, fmt.Errorf("catalogd http: bad list key %q: %w", key, err)
+		return nil, err
 	}
 	page, err := h.store.Products(ctx, q)
 	if err != nil {
@@ -111,13 +122,17 @@ type searchResponse struct {
 
 // searchProducts serves GET /v1/search?q=, prefix autocomplete over product
 // names and codes returning at most Config.SearchLimit active products. The
-// cache key is the normalized prefix (catalog.NormalizePrefix: leading space
+// cache key is the normalized prefix, escaped by searchKey (catalog.NormalizePrefix: leading space
 // dropped, lower-cased, at most catalog.MaxPrefixLen runes) — the same
 // normalization the store searches with, so "RED", " red" and "red" share
 // one entry. Trailing space is kept, as the store keeps it: "red " asks for
 // names with a word starting "red".
 func (h *Handler) searchProducts(w http.ResponseWriter, r *http.Request) {
-	v := r.URL.Query()
+	v, err := parseQuery(r, "q")
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	raw, err := single(v, "q")
 	if err != nil {
 		h.writeError(w, r, err)
@@ -136,7 +151,7 @@ func (h *Handler) searchProducts(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, errorf(http.StatusBadRequest, codeInvalidQuery, "%s", strings.TrimPrefix(err.Error(), catalog.ErrInvalid.Error()+": ")))
 		return
 	}
-	res, err := h.search.Get(r.Context(), prefix, h.loadSearch)
+	res, err := h.search.Get(r.Context(), searchKey(prefix), h.loadSearch)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -144,7 +159,8 @@ func (h *Handler) searchProducts(w http.ResponseWriter, r *http.Request) {
 	h.writeCached(w, res)
 }
 
-func (h *Handler) searchLoader(ctx context.Context, prefix string) ([]byte, error) {
+func (h *Handler) searchLoader(ctx context.Context, key string) ([]byte, error) {
+	prefix := searchPrefix(key)
 	items, err := h.store.Search(ctx, prefix, h.searchLimit)
 	if err != nil {
 		return nil, err

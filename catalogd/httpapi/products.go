@@ -1,15 +1,14 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -169,9 +168,9 @@ type updateRequest struct {
 
 // updateProduct serves PUT /v1/products/{id}: it replaces the product's name,
 // price, status and category if its version is still the expected one (from
-// If-Match: "<version>", else the body's "version"; both given and different
-// is a 400; neither is a 428), and answers with the stored product and its
-// new version as ETag. A version that moved on is a 409.
+// If-Match: "<version>", else the body's "version"; see expectedVersions),
+// and answers with the stored product and its new version as ETag. A version
+// that moved on is a 409.
 //
 // After the write commits it invalidates product info of this id, and only
 // that: the package documentation lists what is not invalidated and the
@@ -205,10 +204,29 @@ func (h *Handler) updateProduct(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, errorf(http.StatusBadRequest, codeInvalidInput, "%s", strings.TrimPrefix(err.Error(), catalog.ErrInvalid.Error()+": ")))
 		return
 	}
-	version, err := expectedVersion(r.Header.Get("If-Match"), req.Version)
+	m, err := parseIfMatch(r.Header)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
+	}
+	versions, err := expectedVersions(m, req.Version)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	version := versions[0]
+	if len(versions) > 1 {
+		// A list of tags matches if the current version is among them.
+		cur, err := h.store.Product(r.Context(), id)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		if !slices.Contains(versions, cur.Version) {
+			h.writeError(w, r, catalog.ErrConflict)
+			return
+		}
+		version = cur.Version
 	}
 	p, err := h.store.UpdateProduct(r.Context(), id, version, u)
 	if err != nil {
@@ -226,37 +244,6 @@ func (h *Handler) updateProduct(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("ETag", strconv.Quote(strconv.FormatInt(p.Version, 10)))
 	w.Write(append(b, '\n'))
-}
-
-// expectedVersion picks the version an update expects. If-Match carries one
-// strong entity tag, the decimal version in quotes, as this API's ETag does;
-// weak tags, lists and "*" are refused because a version check needs
-// exactly one version.
-func expectedVersion(ifMatch string, body *int64) (int64, error) {
-	var fromHeader *int64
-	if ifMatch != "" {
-		s := strings.TrimSpace(ifMatch)
-		if len(s) < 3 || s[0] != '"' || s[len(s)-1] != '"' {
-			return 0, errorf(http.StatusBadRequest, codeInvalidIfMatch, `If-Match must be one quoted version, like "3"`)
-		}
-		v, err := strconv.ParseInt(s[1:len(s)-1], 10, 64)
-		if err != nil || v < 1 {
-			return 0, errorf(http.StatusBadRequest, codeInvalidIfMatch, `If-Match must be one quoted version, like "3"`)
-		}
-		fromHeader = &v
-	}
-	switch {
-	case fromHeader != nil && body != nil && *fromHeader != *body:
-		return 0, errorf(http.StatusBadRequest, codeInvalidIfMatch, "If-Match %d and version %d disagree", *fromHeader, *body)
-	case fromHeader != nil:
-		return *fromHeader, nil
-	case body != nil:
-		if *body < 1 {
-			return 0, errorf(http.StatusBadRequest, codeInvalidInput, "version must be positive")
-		}
-		return *body, nil
-	}
-	return 0, errorf(http.StatusPreconditionRequired, codeVersionRequired, `send the version you read, as If-Match: "<version>" or a "version" field`)
 }
 
 // reserveRequest is the body of POST /v1/products/{id}/reserve.
@@ -314,41 +301,4 @@ func (h *Handler) invalidate(ns *holdfast.Namespace, key string) {
 		h.log.LogAttrs(ctx, slog.LevelWarn, "invalidation not delivered to the shared tier; other instances may serve the old value until its TTL",
 			slog.String("namespace", ns.Name()), slog.String("key", key), slog.String("error", err.Error()))
 	}
-}
-
-// decodeBody decodes one JSON object of at most MaxBodyBytes into dst,
-// refusing unknown fields and anything after the object.
-func decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return errorf(http.StatusUnsupportedMediaType, codeUnsupportedType, "Content-Type must be application/json")
-		}
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	// Read it whole first: a body over the limit is a 413 whatever JSON
-	// error the decoder would have hit first.
-	raw, err := io.ReadAll(r.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, codeBodyTooLarge, "the body is larger than %d bytes", MaxBodyBytes)
-		}
-		return fmt.Errorf("read body: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return errorf(http.StatusBadRequest, codeUnknownField, "unknown field %s", f)
-		}
-		return errorf(http.StatusBadRequest, codeInvalidBody, "the body is not the expected JSON object: %v", err)
-	}
-	if dec.More() {
-		return errorf(http.StatusBadRequest, codeInvalidBody, "the body has data after the JSON object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errorf(http.StatusBadRequest, codeInvalidBody, "the body has data after the JSON object")
-	}
-	return nil
 }

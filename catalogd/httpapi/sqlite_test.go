@@ -56,6 +56,9 @@ func call(t *testing.T, method, url, body string, header ...string) (*http.Respo
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
+	if _, ok := req.Header["Content-Type"]; body != "" && !ok {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
