@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/internal/ratelog"
 )
 
 // The codes of JSON error bodies. Clients branch on the code, never on the
@@ -24,6 +26,7 @@ const (
 	codeIncompleteBody     = "incomplete_body"
 	codeRequestTimeout     = "request_timeout"
 	codePreconditionFailed = "precondition_failed"
+	codeUnavailable        = "unavailable"
 	codeMissingField       = "missing_field"
 	codeBodyTooLarge       = "body_too_large"
 	codeUnsupportedType    = "unsupported_media_type"
@@ -86,6 +89,8 @@ func errorStatus(err error) (status int, code, message string) {
 		return http.StatusGatewayTimeout, codeTimeout, "the database did not answer in time"
 	case errors.Is(err, context.Canceled):
 		return statusClientClosed, codeClientClosed, "the request was cancelled"
+	case unreachable(err):
+		return http.StatusServiceUnavailable, codeUnavailable, "the database cannot be reached and there is no cached copy to serve; retry later"
 	}
 	return http.StatusInternalServerError, codeInternal, "internal error"
 }
@@ -97,20 +102,42 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// writeError writes err as a JSON error body with its status. 5xx are logged
-// at error level (at warn for an overload, which is the limiter doing its
-// job); 4xx are the client's business and are not logged beyond the request
-// log.
+// rejectLogInterval is how often each kind of 503 is logged at most: a
+// flood of them (one short flood made over 15,000) would otherwise bury
+// every other line. Each line counts the 503s it stands for.
+const rejectLogInterval = 10 * time.Second
+
+// newRejectLogs returns a rate-limited log for each kind of 503, so that a
+// flood of one kind does not hide the first of the other.
+func newRejectLogs(log *slog.Logger) map[string]*ratelog.Logger {
+	return map[string]*ratelog.Logger{
+		codeOverloaded:  ratelog.New(log, slog.LevelWarn, "request rejected", rejectLogInterval),
+		codeUnavailable: ratelog.New(log, slog.LevelWarn, "request rejected", rejectLogInterval),
+	}
+}
+
+// writeError writes err as a JSON error body with its status. A 503 (an
+// overload, which is the limiter doing its job, or a database that cannot
+// be reached) is logged at warn, at most once per rejectLogInterval for
+// each of the two with the count since the last line; other 5xx are logged
+// at error level;
+// 4xx are the client's business and are not logged beyond the request log.
+// Logged errors are redacted: a driver's errors name the database's host,
+// user and database.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	log := h.log
 	status, code, msg := errorStatus(err)
 	switch {
 	case status == http.StatusServiceUnavailable:
-		log.LogAttrs(r.Context(), slog.LevelWarn, "request rejected", slog.String("method", r.Method),
-			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		attrs := []slog.Attr{slog.String("code", code), slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.String("error", redact(err.Error()))}
+		if l := h.rejects[code]; l != nil {
+			l.Log(r.Context(), attrs...)
+		} else {
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "request rejected", attrs...)
+		}
 	case status >= 500:
-		log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("method", r.Method),
-			slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("error", err.Error()))
+		h.log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("error", redact(err.Error())))
 	}
 	var body errorBody
 	body.Error.Code, body.Error.Message = code, msg

@@ -46,7 +46,9 @@
 // Every bound is from the moment the write commits. While the database is
 // failing, the stale-if-error windows extend them (product 30 min, stock
 // 5 s, list 10 min, search 10 min past the TTL): an old value is then served
-// rather than an error. If the Redis delete itself fails (Redis down), the
+// rather than an error. With nothing to serve, a database that cannot be
+// reached is a 503 with Retry-After, as the load limiter's rejection is: the
+// request will work again once the database is back. If the Redis delete itself fails (Redis down), the
 // write still answers 200, since it committed: holdfast queues the
 // invalidation and replays it when Redis recovers, and this instance reads
 // the key's Redis copy as a miss meanwhile; another instance may read the old
@@ -71,6 +73,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
+	"github.com/holdfast-dev/holdfast/catalogd/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -185,8 +188,8 @@ type Config struct {
 	// Cache's clock. Default: the system clock.
 	Clock holdfast.Clock
 	// Logger receives the request log (at debug) and errors (warn for
-	// overload and failed invalidations, error for 5xx). Default
-	// slog.Default().
+	// failed invalidations and for 503s, at most one line per 10 s with
+	// their counts; error for other 5xx). Default slog.Default().
 	Logger *slog.Logger
 	// Registry, when set, receives the HTTP and database-pool metrics and is
 	// served on /metrics. Default nil: no /metrics endpoint.
@@ -212,10 +215,11 @@ type Config struct {
 
 // Handler serves the catalog API. Create it with NewHandler.
 type Handler struct {
-	store  catalog.Store
-	clock  holdfast.Clock
-	log    *slog.Logger
-	checks []Check
+	store   catalog.Store
+	clock   holdfast.Clock
+	log     *slog.Logger
+	rejects map[string]*ratelog.Logger // by error code (newRejectLogs)
+	checks  []Check
 
 	product, stock, list, search *holdfast.Namespace
 	// The loaders are built once: a method value made per request would
@@ -261,6 +265,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		store:        cfg.Store,
 		clock:        cfg.Clock,
 		log:          cfg.Logger,
+		rejects:      newRejectLogs(cfg.Logger),
 		checks:       cfg.Checks,
 		retryAfter:   fmt.Sprint(max(1, int(cfg.RetryAfter.Round(time.Second)/time.Second))),
 		searchLimit:  catalog.SearchLimit(cfg.SearchLimit),
