@@ -11,9 +11,9 @@ import (
 
 // BenchmarkStoreMemory fills a namespace's in-process stores, a 16 MiB hot
 // tier and 32 MiB of last-known-good (catalogd's search namespace), with
-// distinct keys until both are at their budgets and have evicted twice what
-// last-known-good holds (memtest.Fill), then measures the live heap the namespace holds,
-// after GC, against the 48 MiB configured:
+// distinct keys until both are at their budgets and have evicted what
+// last-known-good holds (memtest.Fill), then measures the live heap the
+// namespace holds, after GC, against the 48 MiB configured:
 //
 //	cd bench && go test -run '^$' -bench StoreMemory -benchtime 1x
 //
