@@ -326,7 +326,7 @@ func (m *Main) Run(ctx context.Context) error {
 				"tls", tlsConfig != nil, "auth", c.RedisPassword != "")
 		}
 		cancel()
-		m.watch = watchRedis(m.tier, log, time.Second)
+		m.watch = watchRedis(m.tier, log, time.Second, redisLogInterval)
 	} else {
 		// Without a shared tier the hot tier is the only cache, so it keeps
 		// each value as long as the policy allows: a shorter hot TTL would

@@ -26,11 +26,13 @@ type redisWatch struct {
 	done chan struct{}
 }
 
-// watchRedis starts watching l. The caller has told the operator already
-// whether Redis was reachable at startup.
-func watchRedis(l *redis.Lazy, log *slog.Logger, every time.Duration) *redisWatch {
+// watchRedis starts watching l, reading its counters every poll and
+// writing a line about one problem at most every logEvery
+// (redisLogInterval). The caller has told the operator already whether
+// Redis was reachable at startup.
+func watchRedis(l *redis.Lazy, log *slog.Logger, poll, logEvery time.Duration) *redisWatch {
 	w := &redisWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run(l, log, every)
+	go w.run(l, log, poll, logEvery)
 	return w
 }
 
@@ -40,19 +42,19 @@ func (w *redisWatch) Close() {
 	<-w.done
 }
 
-func (w *redisWatch) run(l *redis.Lazy, log *slog.Logger, every time.Duration) {
+func (w *redisWatch) run(l *redis.Lazy, log *slog.Logger, poll, logEvery time.Duration) {
 	defer close(w.done)
 	ctx := context.Background()
-	waiting := ratelog.New(log, slog.LevelWarn, "Redis still not connected; retrying in the background", redisLogInterval)
+	waiting := ratelog.New(log, slog.LevelWarn, "Redis still not connected; retrying in the background", logEvery)
 	waiting.Reported() // by the startup line
-	failing := ratelog.New(log, slog.LevelWarn, "Redis calls failing; serving from in-process tiers and the database", redisLogInterval)
+	failing := ratelog.New(log, slog.LevelWarn, "Redis calls failing; serving from in-process tiers and the database", logEvery)
 	start := time.Now()
 	var last redis.Stats
 	connected, bad := false, false
 	if t := l.Tier(); t != nil {
 		connected, last = true, t.Stats()
 	}
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
 		select {
