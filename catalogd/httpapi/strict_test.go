@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/holdfast-dev/holdfast/inmem"
@@ -123,12 +125,21 @@ func TestUserInputPicksNoSlot(t *testing.T) {
 	if b := decode[searchBody](t, e.get("/v1/search?q="+url.QueryEscape("{Tag}Red"))); b.Prefix != "{tag}red" {
 		t.Errorf("prefix %q, want the normalized input", b.Prefix)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.keys) < 5 {
-		t.Fatalf("only %d keys written to the shared tier: %q", len(rec.keys), rec.keys)
+	// A load's value reaches the shared tier after it is returned: wait
+	// for the five writes.
+	var keys []string
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		rec.mu.Lock()
+		keys = slices.Clone(rec.keys)
+		rec.mu.Unlock()
+		if len(keys) >= 5 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("only %d keys written to the shared tier: %q", len(keys), keys)
+		}
 	}
-	for _, k := range rec.keys {
+	for _, k := range keys {
 		if strings.ContainsAny(k, "{}") {
 			t.Errorf("shared-tier key %q holds a brace from the request", k)
 		}
