@@ -145,6 +145,7 @@ type recentInvalidations struct {
 	at    sync.Map     // key -> int64, Unix nanoseconds of the invalidation
 	mu    sync.Mutex   // orders queue and the deletes from at
 	queue []invalidated
+	head  int // queue[:head] is forgotten
 }
 
 type invalidated struct {
@@ -163,16 +164,19 @@ func (r *recentInvalidations) add(key string, at, window int64) {
 		r.n.Add(1)
 	}
 	r.queue = append(r.queue, invalidated{key, at})
-	drop := 0
-	for drop < len(r.queue) && (len(r.queue)-drop > maxRecentInvalidations || r.queue[drop].at < at-window) {
-		old := r.queue[drop]
+	for r.head < len(r.queue) && (len(r.queue)-r.head > maxRecentInvalidations || r.queue[r.head].at < at-window) {
+		old := r.queue[r.head]
 		if r.at.CompareAndDelete(old.key, old.at) {
 			r.n.Add(-1)
 		}
-		drop++
+		r.queue[r.head] = invalidated{}
+		r.head++
 	}
-	if drop > 0 {
-		r.queue = append(r.queue[:0:0], r.queue[drop:]...)
+	// Forgotten entries are cut off once they are half the queue, so that
+	// a full queue costs each add a constant, not a copy of the queue.
+	if r.head > len(r.queue)/2 {
+		r.queue = append(r.queue[:0:0], r.queue[r.head:]...)
+		r.head = 0
 	}
 }
 
