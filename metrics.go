@@ -56,7 +56,7 @@ type Stats struct {
 	LoadTimeouts      uint64 // loads whose loader had not returned at LoadTimeout; their readers were answered then
 	SharedHotKeys     uint64 // keys in the hot set shared by every process, as last fetched (a gauge; Hot.Share)
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
-	HotBytes          uint64 // bytes now in the hot tier (a gauge)
+	HotBytes          uint64 // memory the hot tier's entries take, as Hot.MaxBytes counts it (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
 
 	// Capabilities is what the namespace uses of the shared tier's

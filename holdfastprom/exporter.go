@@ -115,7 +115,7 @@ var metrics = []metric{
 	counter("error_backoffs_total", "Reads served stale without a load because the key's last load failed moments ago.", func(s holdfast.Stats) uint64 { return s.ErrorBackoffs }),
 	gauge("shared_hot_keys", "Keys in the hot set shared by every process, as last fetched (Policy.Hot.Share).", func(s holdfast.Stats) uint64 { return s.SharedHotKeys }),
 	gauge("hot_entries", "Entries in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotEntries }),
-	gauge("hot_bytes", "Bytes in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotBytes }),
+	gauge("hot_bytes", "Memory the hot tier's entries take, as Hot.MaxBytes counts it.", func(s holdfast.Stats) uint64 { return s.HotBytes }),
 	gauge("last_known_good_entries", "Entries in the last-known-good store.", func(s holdfast.Stats) uint64 { return s.LastKnownGoodKeys }),
 }
 
