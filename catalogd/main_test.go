@@ -566,7 +566,8 @@ func TestBinaryRedisFailuresLogged(t *testing.T) {
 }
 
 // TestBinaryRedisTLS: catalogd reaches a Redis that speaks TLS only, trusting
-// the CA given with -redis-tls-ca; without the CA it does not connect, and
+// the CA given with -redis-tls-ca; without the CA, or wanting another name
+// (-redis-tls-server-name) than the certificate's, it does not connect, and
 // says the certificate is the reason.
 func TestBinaryRedisTLS(t *testing.T) {
 	binary(t)
@@ -582,10 +583,18 @@ func TestBinaryRedisTLS(t *testing.T) {
 		t.Errorf("no word of TLS:\n%s", logs)
 	}
 
-	p = startBinary(t, append(args, "-redis-tls"), envRedisPassword+"=pw")
-	p.ready(10 * time.Second)
-	p.find(regexp.MustCompile(`level=ERROR msg="redis tier: TLS failed" error=".*certificate`), 5*time.Second)
-	p.stop()
+	for _, c := range []struct {
+		args []string
+		why  string
+	}{
+		{[]string{"-redis-tls"}, `certificate signed by unknown authority`},
+		{[]string{"-redis-tls-ca", ca.CertFile, "-redis-tls-server-name", "cache.example"}, `not cache\.example`},
+	} {
+		p = startBinary(t, append(args, c.args...), envRedisPassword+"=pw")
+		p.ready(10 * time.Second)
+		p.find(regexp.MustCompile(`level=ERROR msg="redis tier: TLS failed" error=".*`+c.why), 5*time.Second)
+		p.stop()
+	}
 }
 
 // usesRedis starts catalogd with args and env and checks that it uses r:
