@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +208,7 @@ func TestPostgresDownIs503(t *testing.T) {
 // TestClosedStoreIs503: a store whose pool was really closed cannot be
 // reached either: 503, not 500.
 func TestClosedStoreIs503(t *testing.T) {
-	db, err := sqlstore.Open(context.Background(), sqlstore.SQLite, filepath.Join(t.TempDir(), sqlstore.FileName), nil)
+	db, err := sqlstore.Open(context.Background(), sqlstore.SQLite, seededSQLite(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
