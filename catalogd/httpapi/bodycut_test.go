@@ -46,18 +46,20 @@ func cutBodyServer(t *testing.T, readTimeout time.Duration) (addr string, store 
 	return ln.Addr().String(), store, logs
 }
 
-// sendPartial sends a reservation whose Content-Length promises more than
-// the bytes that follow it, then calls finish on the connection and reads
-// the answer.
-func sendPartial(t *testing.T, addr string, finish func(*net.TCPConn)) *http.Response {
+// partialBody is a reservation whose Content-Length promises more than the
+// bytes that follow it.
+const partialBody = "Content-Length: 100\r\n\r\n" + `{"quantity":`
+
+// sendPartial sends a reservation with the given framing and body, then
+// calls finish on the connection and reads the answer.
+func sendPartial(t *testing.T, addr, body string, finish func(*net.TCPConn)) *http.Response {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	io.WriteString(c, "POST /v1/products/1/reserve HTTP/1.1\r\nHost: catalogd\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 100\r\n\r\n"+`{"quantity":`)
+	io.WriteString(c, "POST /v1/products/1/reserve HTTP/1.1\r\nHost: catalogd\r\nContent-Type: application/json\r\n"+body)
 	finish(c.(*net.TCPConn))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -83,7 +85,7 @@ func wantBodyError(t *testing.T, resp *http.Response, status int, code string) {
 // and no error is logged; nothing is reserved.
 func TestBodyCutShort(t *testing.T) {
 	addr, store, logs := cutBodyServer(t, time.Minute)
-	resp := sendPartial(t, addr, func(c *net.TCPConn) { c.CloseWrite() })
+	resp := sendPartial(t, addr, partialBody, func(c *net.TCPConn) { c.CloseWrite() })
 	wantBodyError(t, resp, 499, "client_closed_request")
 	if n := logs.count("level=ERROR"); n != 0 {
 		t.Errorf("%d error lines:\n%s", n, logs)
@@ -98,12 +100,26 @@ func TestBodyCutShort(t *testing.T) {
 // waits for the timeout but asserts nothing about how long it took.
 func TestBodyCutByReadTimeout(t *testing.T) {
 	addr, store, logs := cutBodyServer(t, 100*time.Millisecond)
-	resp := sendPartial(t, addr, func(*net.TCPConn) {})
+	resp := sendPartial(t, addr, partialBody, func(*net.TCPConn) {})
 	wantBodyError(t, resp, http.StatusRequestTimeout, "request_timeout")
 	if n := logs.count("level=ERROR"); n != 0 {
 		t.Errorf("%d error lines:\n%s", n, logs)
 	}
 	if store.reserves != 0 {
 		t.Errorf("%d reservations from a cut body", store.reserves)
+	}
+}
+
+// TestBodyBadlyFramed: a chunked body whose framing breaks off is the
+// client's error, a 400, not a 500.
+func TestBodyBadlyFramed(t *testing.T) {
+	addr, store, logs := cutBodyServer(t, time.Minute)
+	resp := sendPartial(t, addr, "Transfer-Encoding: chunked\r\n\r\n4\r\n{\"qu\r\nzz\r\n", func(*net.TCPConn) {})
+	wantBodyError(t, resp, http.StatusBadRequest, "incomplete_body")
+	if n := logs.count("level=ERROR"); n != 0 {
+		t.Errorf("%d error lines:\n%s", n, logs)
+	}
+	if store.reserves != 0 {
+		t.Errorf("%d reservations from a broken body", store.reserves)
 	}
 }
