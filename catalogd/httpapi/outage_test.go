@@ -131,9 +131,10 @@ func wantUnavailable(t *testing.T, rec *httptest.ResponseRecorder, logs *logSink
 
 // TestPostgresDownIs503: with PostgreSQL gone (every connection to it cut,
 // new ones refused), a product never read before, a list page and a search
-// are 503 with Retry-After and a JSON body, not 500; a product read before
-// is still served from the cache. Neither the bodies nor the log name the
-// database's user, database or address, and nothing is logged as an error.
+// are 503 with Retry-After and a JSON body, not 500, and so is a
+// reservation; a product read before is still served from the cache.
+// Neither the bodies nor the log name the database's user, database or
+// address, and nothing is logged as an error.
 func TestPostgresDownIs503(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	u, err := url.Parse(dsn)
@@ -164,6 +165,12 @@ func TestPostgresDownIs503(t *testing.T) {
 	if rec := serve(h, "/v1/products/1"); rec.Code != http.StatusOK {
 		t.Errorf("a cached product during the outage: %d %s", rec.Code, rec.Body)
 	}
+	// A write cannot reach the database either.
+	req := httptest.NewRequest(http.MethodPost, "/v1/products/1/reserve", strings.NewReader(`{"quantity":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	wantUnavailable(t, rec, logs, secrets...)
 	log := logs.String()
 	if n := logs.count("level=ERROR"); n != 0 {
 		t.Errorf("%d error lines for an outage:\n%s", n, log)
