@@ -142,6 +142,18 @@ func (c *chaosChecker) inDBFault(r *chaosRead) bool {
 	return false
 }
 
+// inWriteLoss reports whether the read began during a fault that may lose
+// acknowledged writes (losesWrites), in the settle time after it, or less
+// than the latency limit before it.
+func (c *chaosChecker) inWriteLoss(r *chaosRead) bool {
+	for _, f := range c.faults {
+		if losesWrites(f) && f.start-int64(c.b.latencyLimit) <= r.begin && r.begin <= f.healed+int64(chaosSettle) {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *chaosChecker) add(kind string, r *chaosRead, format string, args ...any) {
 	c.viol = append(c.viol, chaosViolation{
 		kind: kind, read: r, detail: fmt.Sprintf(format, args...),

@@ -39,6 +39,16 @@ var chaosFaultKinds = []string{faultFreeze, faultKill, faultKillData, faultDBSlo
 
 func isDBFault(kind string) bool { return kind == faultDBSlow || kind == faultDBFailing }
 
+// losesWrites reports a fault in which Redis may drop writes it
+// acknowledged: a primary killed and restarted empty (what its replica had
+// not received yet), or a TAKEOVER, after which the old primary accepts
+// writes until it hears of the new epoch and then discards them. A lease
+// taken there, or a release that landed there, is lost, and readers of its
+// key wait as for a dead holder: at most Lease.TTL + LoadTimeout.
+func losesWrites(f chaosFault) bool {
+	return (f.kind == faultKill && strings.HasSuffix(f.target, "(primary)")) || f.kind == faultTakeover
+}
+
 // chaosFault is one injected fault. Times are Unix nanoseconds.
 type chaosFault struct {
 	phase  int

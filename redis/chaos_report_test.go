@@ -79,6 +79,7 @@ func (rep *chaosReport) rows() []*chaosRow {
 		&chaosRow{name: "phase 2 (topology changes)", includes: func(r *chaosRead) bool { return r.begin >= rep.phase2 }},
 		&chaosRow{name: "**outside database faults**", includes: func(r *chaosRead) bool { return !chk.inDBFault(r) }},
 		&chaosRow{name: "in database faults (+1 s settle)", includes: chk.inDBFault},
+		&chaosRow{name: "where Redis may lose writes (+1 s settle)", includes: func(r *chaosRead) bool { return !chk.inDBFault(r) && chk.inWriteLoss(r) }},
 		&chaosRow{name: "all reads", includes: func(*chaosRead) bool { return true }},
 	)
 	vByRead := map[*chaosRead][]string{}
@@ -136,10 +137,21 @@ func (c *chaosChecker) netLatency(r *chaosRead) time.Duration {
 // slowOutside returns the n reads outside the database faults with the
 // longest latency net of stalls, longest first.
 func (rep *chaosReport) slowOutside(n int) []*chaosRead {
+	return rep.slowest(n, func(r *chaosRead) bool { return !rep.chk.inDBFault(r) && !rep.chk.inWriteLoss(r) })
+}
+
+// slowInWriteLoss is the n slowest reads outside the database faults that
+// began in a fault that may lose acknowledged writes (inWriteLoss).
+func (rep *chaosReport) slowInWriteLoss(n int) []*chaosRead {
+	return rep.slowest(n, func(r *chaosRead) bool { return !rep.chk.inDBFault(r) && rep.chk.inWriteLoss(r) })
+}
+
+// slowest is the n slowest reads, net of process stalls, that pass keep.
+func (rep *chaosReport) slowest(n int, keep func(*chaosRead) bool) []*chaosRead {
 	var out []*chaosRead
 	for i := range rep.chk.reads {
 		r := &rep.chk.reads[i]
-		if !rep.chk.inDBFault(r) {
+		if keep(r) {
 			out = append(out, r)
 		}
 	}
@@ -185,7 +197,12 @@ func (rep *chaosReport) table() string {
 	if s := rep.slowOutside(1); len(s) > 0 && chk.netLatency(s[0]) > chaosLatencyMax {
 		lat = fmt.Sprintf("%v > %v", chk.netLatency(s[0]).Round(time.Millisecond), chaosLatencyMax)
 	}
-	fmt.Fprintf(&b, "| max latency outside database faults, net of process stalls, ≤ %v | %s |\n", chaosLatencyMax, lat)
+	fmt.Fprintf(&b, "| max latency outside database faults and writes lost, net of process stalls, ≤ %v | %s |\n", chaosLatencyMax, lat)
+	lat = "ok"
+	if s := rep.slowInWriteLoss(1); len(s) > 0 && chk.netLatency(s[0]) > chaosLeaseBound {
+		lat = fmt.Sprintf("%v > %v", chk.netLatency(s[0]).Round(time.Millisecond), chaosLeaseBound)
+	}
+	fmt.Fprintf(&b, "| max latency where Redis may lose writes (primary killed, takeover), net of process stalls, ≤ Lease.TTL + LoadTimeout = %v | %s |\n", chaosLeaseBound, lat)
 	fmt.Fprintf(&b, "| goroutines left after Close (%d before) | %d |\n", rep.goroutinesBefore, rep.leaked)
 	fmt.Fprintf(&b, "| (not failing) served past soft/hard by more than %v, within a stall of the process | %d (latest %v, stall up to %v) |\n",
 		chaosClockSlack, chk.excused, chk.excusedLate.Round(time.Millisecond), chk.excusedMax.Round(time.Millisecond))

@@ -32,6 +32,11 @@ const (
 	chaosInvalidRate = 20   // invalidations a second
 	chaosWriter      = 0    // the process whose namespace the writer invalidates through
 	chaosLatencyMax  = 250 * time.Millisecond
+	// chaosLeaseBound is the latency bound of reads where Redis may lose
+	// acknowledged writes (losesWrites): a lease lost with them holds its
+	// key's readers as a dead holder's would, Lease.TTL (LoadTimeout by
+	// default) then one LoadTimeout of their own load.
+	chaosLeaseBound  = 2*time.Second + chaosLatencyMax
 	chaosReadTimeout = 10 * time.Second // a reader gives up (and counts an error) past this
 	chaosHealTimeout = 60 * time.Second // one wait for the cluster to heal
 )
@@ -97,7 +102,10 @@ var chaosSeedFlag = flag.Uint64("chaos.seed", 0, "TestChaos: replay this seed of
 //     goroutine ticking every millisecond measures those stalls; the table
 //     shows the raw max beside it). Reads that began during a database
 //     fault, in the 1 s after it or less than 250 ms before it are reported
-//     apart;
+//     apart; so are reads around a fault in which Redis may drop writes it
+//     acknowledged (a primary killed and restarted empty, a TAKEOVER), which
+//     may take a lease or its release with them: those are bounded by
+//     Lease.TTL + LoadTimeout (+ 250 ms), as for a lease's dead holder;
 //   - no panic; no goroutine left once every Cache and Tier is closed.
 //
 // Answers served past their soft or hard time by more than the 50 ms slack
@@ -282,8 +290,12 @@ func TestChaos(t *testing.T) {
 		t.Error(chk.describe(v))
 	}
 	if slow := rep.slowOutside(1); len(slow) > 0 && chk.netLatency(slow[0]) > chaosLatencyMax {
-		t.Errorf("latency: max read latency outside database faults, net of process stalls, %v > %v: %s",
+		t.Errorf("latency: max read latency outside database faults and lost writes, net of process stalls, %v > %v: %s",
 			chk.netLatency(slow[0]), chaosLatencyMax, chk.describeRead(slow[0]))
+	}
+	if slow := rep.slowInWriteLoss(1); len(slow) > 0 && chk.netLatency(slow[0]) > chaosLeaseBound {
+		t.Errorf("latency: max read latency where Redis may lose writes, net of process stalls, %v > Lease.TTL + LoadTimeout (%v): %s",
+			chk.netLatency(slow[0]), chaosLeaseBound, chk.describeRead(slow[0]))
 	}
 	if leaked > 0 {
 		t.Errorf("%d goroutines left after every Cache and Tier was closed (%d before):\n%s",
