@@ -54,20 +54,15 @@ end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1`)
 	// KEYS: value, version, registry of copies. ARGV: version TTL in ms.
-	// Returns the new version, the registry's remaining TTL in ms and the
-	// copies it held; it deletes the registry, whose copies the caller
-	// invalidates next (smear.go).
+	// Returns the new version and the copies the registry names, whose
+	// deletion the caller sends next (smear.go). The registry is left to
+	// its TTL: an invalidation repeated after a lost reply or a copy it
+	// could not delete must find the same names again.
 	invalidateScript = newScript(`
 redis.call('DEL', KEYS[1])
 local v = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
-local copies = redis.call('SMEMBERS', KEYS[3])
-local ttl = 0
-if #copies > 0 then
-  ttl = redis.call('PTTL', KEYS[3])
-  redis.call('DEL', KEYS[3])
-end
-return {v, ttl, copies}`)
+return {v, redis.call('SMEMBERS', KEYS[3])}`)
 	// KEYS: lease. ARGV: token.
 	releaseScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -187,31 +182,29 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 			continue
 		}
 		if len(reg.copies) > 0 {
-			reg.name, reg.vk, reg.key = names[i], cmds[i].keys[1], cmds[i].keys[2]
+			reg.name = names[i]
 			smeared = append(smeared, reg)
 		}
 	}
 	// Only keys that had copies cost a second round trip. A key whose own
-	// invalidation failed is returned as failed and its invalidation is
-	// repeated whole: its registry, untouched, still names its copies.
-	errs = append(errs, t.invalidateCopies(wctx, ctx, smeared)...)
+	// invalidation or a copy's failed is returned as failed and its
+	// invalidation is repeated whole: its registry still names its copies.
+	errs = append(errs, t.invalidateCopies(wctx, smeared)...)
 	return errors.Join(errs...)
 }
 
 // invalidated parses invalidateScript's reply.
 func invalidated(r rueidis.RedisResult) (registry, error) {
 	arr, err := r.ToArray()
-	if err == nil && len(arr) != 3 {
-		err = fmt.Errorf("invalidation answered %d values, want 3", len(arr))
+	if err == nil && len(arr) != 2 {
+		err = fmt.Errorf("invalidation answered %d values, want 2", len(arr))
 	}
 	if err != nil {
 		return registry{}, err
 	}
 	var reg registry
 	if reg.ver, err = arr[0].AsInt64(); err == nil {
-		if reg.ttl, err = arr[1].AsInt64(); err == nil {
-			reg.copies, err = arr[2].AsStrSlice()
-		}
+		reg.copies, err = arr[1].AsStrSlice()
 	}
 	return reg, err
 }

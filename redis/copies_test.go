@@ -104,8 +104,10 @@ func TestCopiesUnderAnotherMapInvalidated(t *testing.T) {
 			t.Fatalf("%s still holds %q after A's invalidation", k, v)
 		}
 	}
-	if left := rawMembers(t, rc, "{"+full+"}:c"); len(left) != 0 {
-		t.Fatalf("registry after the invalidation: %v", left)
+	// The registry keeps every name, so that a repeated invalidation
+	// finds them again (TestInvalidationRepeatedAfterLostReply).
+	if left := rawMembers(t, rc, "{"+full+"}:c"); !slices.Equal(left, registered) {
+		t.Fatalf("registry after the invalidation: %v, want %v", left, registered)
 	}
 	assertGone(t, rc, full, registered)
 
@@ -179,4 +181,49 @@ func rawMembers(t *testing.T, rc rueidis.Client, set string) []string {
 	}
 	slices.Sort(m)
 	return m
+}
+
+// TestInvalidationRepeatedAfterLostReply: the invalidation script ran on the
+// key's primary but its reply never came back (a timeout, a dropped
+// connection), so the copies it would have deleted next were not. The
+// invalidation, repeated as the Cache repeats a failed one, still finds
+// every copy and deletes it: the script leaves the registry of copies in
+// place rather than taking it.
+func TestInvalidationRepeatedAfterLostReply(t *testing.T) {
+	redistest.Require(t)
+	cl := redistest.Cluster(t)
+	ctx := ctxT(t, 30*time.Second)
+	tr := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "lr:", ReadBudget: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	rc := rawClient(t, cl.Addrs()...)
+	key := "ns:hot"
+	full := "lr:" + key
+	copies := tr.copiesOf(full, false)
+	if len(copies) != 2 {
+		t.Fatalf("copies %v, want 2", copies)
+	}
+	ver, err := tr.Version(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := tr.SetSmearedIfVersion(ctx, tier.Item{Key: key, Value: []byte("old"), TTL: time.Minute}, ver); err != nil || !ok {
+		t.Fatalf("smeared write: %v, %v", ok, err)
+	}
+	// The script alone, as if its reply had been lost on the way back.
+	vk, rk := "{"+full+"}:v", "{"+full+"}:c"
+	lost := rc.Do(ctx, rc.B().Eval().Script(invalidateScript.body).Numkeys(3).Key(full, vk, rk).Arg("3600000").Build())
+	if err := lost.Error(); err != nil {
+		t.Fatalf("the invalidation script: %v", err)
+	}
+	for _, k := range copies {
+		if v, ok := rawGet(t, rc, k); !ok || v != "old" {
+			t.Fatalf("copy %s before the repeat: %q %v; the script alone must not reach the copies", k, v, ok)
+		}
+	}
+	if err := tr.Invalidate(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, rc, full, copies)
+	if st := tr.Stats(); st.CopyDeletes != uint64(len(copies)) {
+		t.Fatalf("copy deletes %d, want %d", st.CopyDeletes, len(copies))
+	}
 }

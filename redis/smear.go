@@ -39,12 +39,16 @@ import (
 // copy it names. Each copy also has its own version key in its slot, like
 // the key's, and is written only if its version is at most that same
 // version. Invalidate's script deletes the key, bumps its version to v and
-// takes (returns and deletes) the registry, atomically; the invalidator then
-// deletes every copy it named and raises each copy's version to at least v.
-// So, whatever each process's map: a copy registered before the
-// invalidation is deleted by it, or finds its version raised and is not
-// written; a copy whose registration comes after it finds the key's version
-// changed and is neither registered nor written. A value read from the
+// reads the registry, atomically; the invalidator then deletes every copy it
+// named and raises each copy's version to at least v. So, whatever each
+// process's map: a copy registered before the invalidation is deleted by
+// it, or finds its version raised and is not written; a copy whose
+// registration comes after it finds the key's version changed and is
+// neither registered nor written. The registry is never emptied, only left
+// to expire: an invalidation that failed part way (a copy's node down, a
+// slot moving, a reply lost after the script ran) is repeated whole and must
+// find every name again, and removing names after the copies' deletes
+// would race with a registration for the new version. A value read from the
 // source before an invalidation therefore never lands in a copy after it
 // (the stale-set guard, extended to copies: see coordinate.go), and no copy
 // outlives an invalidation that returned nil, whether or not any process
@@ -99,13 +103,10 @@ func register(vk, reg, ver string, ttl time.Duration, names []string) command {
 	return registerScript.call([]string{vk, reg}, append(args, names...)...)
 }
 
-// registry is what Invalidate took from a key's registry.
+// registry is what Invalidate read from a key's registry.
 type registry struct {
 	name   string // the key, for errors
-	vk     string // the key's version key
-	key    string // the registry's key
 	ver    int64  // the key's version after the invalidation
-	ttl    int64  // the registry's remaining TTL in ms
 	copies []string
 }
 
@@ -343,13 +344,12 @@ func (t *Tier) SetSmearedIfVersion(ctx context.Context, it tier.Item, version ui
 	return true, t.write(ctx, cmds, labels{op: "set", names: copies, failed: &c.setErrors, skipped: &c.setBypassed})
 }
 
-// invalidateCopies deletes the copies Invalidate took from the registries
-// of regs and raises each copy's version to its key's new version. The
-// names of copies it failed to invalidate go back into their registries, so
-// that the invalidation, repeated, finds them again: that runs in retry (the
-// caller's context), with a WriteTimeout of its own, because the deletes
-// may have used up ctx's deadline.
-func (t *Tier) invalidateCopies(ctx, retry context.Context, regs []registry) []error {
+// invalidateCopies deletes the copies Invalidate read from the registries
+// of regs and raises each copy's version to its key's new version. It
+// returns an error for each copy it could not invalidate; the caller's
+// invalidation is then repeated whole, and finds the copy in its registry
+// again.
+func (t *Tier) invalidateCopies(ctx context.Context, regs []registry) []error {
 	var cmds []command
 	var owner []int
 	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
@@ -369,28 +369,11 @@ func (t *Tier) invalidateCopies(ctx, retry context.Context, regs []registry) []e
 		results = errorResults(len(cmds), err)
 	}
 	var errs []error
-	failed := map[int][]string{}
 	for j, r := range results {
 		if err := r.Error(); err != nil {
 			countFailure(err, &c.deleteErrors, &c.delBypassed, 1)
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: copy %s: %w", regs[owner[j]].name, cmds[j].key, err))
-			failed[owner[j]] = append(failed[owner[j]], cmds[j].key)
 		}
-	}
-	if len(failed) == 0 {
-		return nil
-	}
-	var back []command
-	var keys []string
-	for i, names := range failed {
-		r := regs[i]
-		// The registry's own TTL, less the slack register adds again.
-		keep := time.Duration(r.ttl)*time.Millisecond - registrySlack
-		back = append(back, register(r.vk, r.key, "", max(keep, time.Millisecond), names))
-		keys = append(keys, r.name)
-	}
-	if err := t.write(retry, back, labels{op: "re-register the copies of", names: keys, failed: &c.deleteErrors, skipped: &c.delBypassed}); err != nil {
-		errs = append(errs, err)
 	}
 	return errs
 }
