@@ -360,6 +360,41 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	}
 }
 
+// Two copies of a key in the shared tier can hold different loads of it (a
+// replica behind its primary, a hot key's copy written before the key was
+// loaded again). A read that meets the older one must not replace the newer
+// value last-known-good holds: when the tier and the source then fail, the
+// newer value's stale-if-error window is the one that still runs.
+func TestLastKnownGoodKeepsTheNewestLoad(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}})
+	entry := func(val string, origin time.Time) []byte {
+		return tier.AppendEntry(nil, tier.Entry{Value: []byte(val), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second)})
+	}
+	older, newer := t0.Add(-900*time.Millisecond), t0.Add(-100*time.Millisecond)
+	shared.Put("stock:s1", entry("newer", newer), time.Minute)
+	if res := mustGet(t, ns, "s1", &countingLoader{}); string(res.Value) != "newer" {
+		t.Fatalf("first read: %q from %v, want newer", res.Value, res.Source)
+	}
+	// The tier now answers the older load, still within its hard time.
+	shared.Put("stock:s1", entry("older", older), time.Minute)
+	if res := mustGet(t, ns, "s1", &countingLoader{}); string(res.Value) != "older" {
+		t.Fatalf("second read: %q from %v, want older", res.Value, res.Source)
+	}
+
+	shared.Fail(inmem.ErrInjected)
+	down := &countingLoader{err: errors.New("db down")}
+	// t0 + 5.3 s: the older load's window (origin + TTL + StaleIfError)
+	// ended at t0 + 5.1 s; the newer one's runs until t0 + 5.9 s.
+	clk.Advance(5300 * time.Millisecond)
+	res, err := ns.Get(context.Background(), "s1", down)
+	if err != nil || string(res.Value) != "newer" || res.Source != holdfast.SourceStaleOnError {
+		t.Fatalf("shared tier and source down: %q from %v, err %v; want newer, stale-on-error", res.Value, res.Source, err)
+	}
+}
+
 func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)

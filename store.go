@@ -52,12 +52,20 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 		}
 	}
 	if n.lkg != nil {
-		if m.negative {
+		// Only a newer load replaces what last-known-good holds: copies
+		// of a key in the shared tier can hold different loads of it (a
+		// replica behind its primary, a hot key's copy written before
+		// the key was loaded again), and the older one's stale-if-error
+		// window ends sooner. A shared-tier hit of the value it already
+		// holds, the common case, costs a lookup, not a write (and keeps
+		// the version it was loaded under, which a hit does not know).
+		// This process's own invalidations delete the entry first.
+		old := n.lkg.Get(key, now)
+		switch {
+		case old != nil && m.origin <= old.origin:
+		case m.negative:
 			n.lkg.Delete(key)
-		} else if old := n.lkg.Get(key, now); old == nil || old.origin != m.origin {
-			// A shared-tier hit of the value it already holds, the
-			// common case, costs a lookup, not a write (and keeps the
-			// version it was loaded under, which a hit does not know).
+		default:
 			n.lkg.Set(key, *m, held, m.hard+int64(n.p.StaleIfError))
 		}
 	}

@@ -56,14 +56,23 @@ func (p *chaosProbes) suspect(db *chaosDB, r *chaosRead, writer int) {
 	if cv.invReturn == 0 {
 		return
 	}
-	slack := int64(0)
+	// Since when the old version should be gone: the invalidation's
+	// return, or, for one queued for replay, when the writer saw the
+	// replay queue drained (landAll).
+	since, slack := cv.invReturn, int64(0)
 	if int(r.proc) != writer {
-		if cv.queued || r.src != holdfast.SourceShared {
+		if r.src != holdfast.SourceShared {
 			return
+		}
+		if cv.queued {
+			if cv.landed == 0 {
+				return
+			}
+			since = cv.landed
 		}
 		slack = int64(chaosReplicaSlack)
 	}
-	if r.begin <= cv.invReturn+slack {
+	if r.begin <= since+slack {
 		return
 	}
 	p.mu.Lock()
