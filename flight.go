@@ -15,10 +15,15 @@ import (
 // after a published stale value has passed its hard time wait for the final
 // outcome instead: past hard there is one synchronous load, not a stale read.
 type flight struct {
-	first    chan struct{} // closed when firstOut is set
-	finished chan struct{} // closed when finalOut is set
+	// mu hands the outcomes to waiters. The channels are made by the first
+	// reader that waits, so a flight nobody joins — a shared-tier hit, the
+	// common miss of the hot tier — allocates no channel.
+	mu       sync.Mutex
+	first    chan struct{} // closed when firstOut is set; nil until someone waits
+	finished chan struct{} // closed when finalOut is set; nil until someone waits
 	firstOut outcome
 	finalOut outcome
+	ended    bool // finalOut is set; under mu
 
 	// storeMu orders storing the flight's value against an invalidation of
 	// its key: Invalidate sets invalidated under storeMu, and the flight
@@ -28,7 +33,9 @@ type flight struct {
 	storeMu     sync.Mutex
 	invalidated bool
 
-	published bool // set only by the flight's own goroutine
+	// published is written only by the flight's own goroutine, under mu;
+	// that goroutine reads it without the lock, waiters under it.
+	published bool
 }
 
 type outcome struct {
@@ -36,26 +43,67 @@ type outcome struct {
 	err error
 }
 
-func newFlight() *flight {
-	return &flight{first: make(chan struct{}), finished: make(chan struct{})}
-}
+func newFlight() *flight { return &flight{} }
+
+// closed is a closed channel: what a waiter gets when the outcome it waits
+// for is already there.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // publish hands an outcome to the waiters, once. Later calls are ignored.
 func (f *flight) publish(res Result, err error) {
 	if f.published {
 		return
 	}
+	f.mu.Lock()
 	f.published = true
 	f.firstOut = outcome{res, err}
-	close(f.first)
+	if f.first != nil {
+		close(f.first)
+	}
+	f.mu.Unlock()
 }
 
 // finish records the flight's final outcome, publishing it too if nothing was
 // published yet.
 func (f *flight) finish(res Result, err error) {
 	f.publish(res, err)
+	f.mu.Lock()
 	f.finalOut = outcome{res, err}
-	close(f.finished)
+	f.ended = true
+	if f.finished != nil {
+		close(f.finished)
+	}
+	f.mu.Unlock()
+}
+
+// firstReady returns a channel closed once firstOut is set.
+func (f *flight) firstReady() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.published {
+		return closed
+	}
+	if f.first == nil {
+		f.first = make(chan struct{})
+	}
+	return f.first
+}
+
+// finishedReady returns a channel closed once finalOut is set.
+func (f *flight) finishedReady() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return closed
+	}
+	if f.finished == nil {
+		f.finished = make(chan struct{})
+	}
+	return f.finished
 }
 
 // beginStore takes the store lock and reports whether the flight may still

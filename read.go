@@ -250,7 +250,7 @@ func (n *Namespace) loadAndFinish(ctx context.Context, js []*job, src source) {
 
 func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result, error) {
 	select {
-	case <-f.first:
+	case <-f.firstReady():
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
@@ -260,7 +260,7 @@ func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result
 	// synchronous load allowed past hard.
 	if out.res.Source == SourceStale && n.exactNow() >= out.res.hard {
 		select {
-		case <-f.finished:
+		case <-f.finishedReady():
 			out = f.finalOut
 		case <-ctx.Done():
 			return Result{}, ctx.Err()
