@@ -19,7 +19,8 @@ type Options struct {
 	// MaxConns caps the connections. SQLite: the read pool (the writes
 	// have one connection of their own); default max(4, GOMAXPROCS).
 	// PostgreSQL: the pool; default pool_max_conns from the DSN, else
-	// max(4, number of CPUs).
+	// max(4, number of CPUs). Searches and list pages hold at most
+	// MaxConns − PointConns of them at once (at least one).
 	MaxConns int
 
 	// BusyTimeout, SQLite only, is how long a statement waits for a lock
@@ -30,7 +31,12 @@ type Options struct {
 
 // DB is a catalog.Store on an SQL database.
 type DB struct {
-	d         *Dialect
+	d *Dialect
+	// scans holds a token for each search or list page querying: they
+	// take at most cap(scans) read connections, so that primary-key reads
+	// (a product page, its stock) always find one free, however many
+	// searches a flood of unique prefixes has waiting.
+	scans     chan struct{}
 	read      *sql.DB              // every SELECT
 	write     *sql.DB              // every write; read's pool if the dialect has one pool
 	stmts     map[string]*sql.Stmt // every query, prepared, by its $-form text
@@ -71,7 +77,8 @@ func Open(ctx context.Context, d *Dialect, source string, opts *Options) (*DB, e
 	if err != nil {
 		return nil, fail(err)
 	}
-	db := &DB{d: d, read: read, write: write, now: o.Now, stmts: map[string]*sql.Stmt{}}
+	db := &DB{d: d, read: read, write: write, now: o.Now, stmts: map[string]*sql.Stmt{},
+		scans: make(chan struct{}, max(1, read.Stats().MaxOpenConnections-PointConns))}
 	// The migrations run before any reader looks at the schema.
 	if err := migrateRetrying(ctx, d, write, o); err != nil {
 		db.Close()
@@ -99,6 +106,24 @@ func Open(ctx context.Context, d *Dialect, source string, opts *Options) (*DB, e
 	}
 	return db, nil
 }
+
+// PointConns is how many of the read connections only primary-key reads
+// may use: a product page's miss is one indexed query of well under a
+// millisecond, so two connections serve thousands a second.
+const PointConns = 2
+
+// scan takes a scan token, waiting for one while ctx allows; release gives
+// it back.
+func (db *DB) scan(ctx context.Context) (release func(), err error) {
+	select {
+	case db.scans <- struct{}{}:
+		return db.releaseScan, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (db *DB) releaseScan() { <-db.scans }
 
 func (db *DB) prepare(ctx context.Context, pool *sql.DB, query string) error {
 	st, err := pool.PrepareContext(ctx, db.d.bind(query))

@@ -146,6 +146,11 @@ func (db *DB) Products(ctx context.Context, q catalog.ListQuery) (catalog.Page, 
 		return catalog.Page{}, fmt.Errorf("%s products: %w", db.d.name, err)
 	}
 	page := catalog.Page{Items: []catalog.Product{}, Page: q.Page, Size: q.Size}
+	release, err := db.scan(ctx)
+	if err != nil {
+		return page, fmt.Errorf("%s products: %w", db.d.name, err)
+	}
+	defer release()
 	var rows *sql.Rows
 	if q.Category == "" {
 		rows, err = db.stmts[listSQL[false][q.Sort]].QueryContext(ctx, q.Size, q.Offset())
@@ -190,6 +195,11 @@ func (db *DB) Search(ctx context.Context, prefix string, limit int) ([]catalog.P
 		return out, nil
 	}
 	limit = catalog.SearchLimit(limit)
+	release, err := db.scan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s search %q: %w", db.d.name, p, err)
+	}
+	defer release()
 	lo, hi, bounded := catalog.PrefixRange(p)
 	var rows *sql.Rows
 	if bounded {

@@ -390,3 +390,46 @@ func BenchmarkProducts(b *testing.B) {
 		return err
 	})
 }
+
+// TestScansLeavePointReadsTheirConnections, on both databases: with every
+// scan token held, as under a flood of searches, a search or a list page
+// waits for one (here until its context ends) while product and stock
+// reads go on at once on the connections kept for them.
+func TestScansLeavePointReadsTheirConnections(t *testing.T) {
+	for _, f := range fixtures {
+		t.Run(f.d.name, func(t *testing.T) {
+			db := open(t, f.d, f.seeded(t), &Options{MaxConns: 5})
+			if got, want := cap(db.scans), 5-PointConns; got != want {
+				t.Fatalf("scan tokens %d, want MaxConns − PointConns = %d", got, want)
+			}
+			ctx := t.Context()
+			for range cap(db.scans) {
+				if _, err := db.scan(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			if _, err := db.Search(short, "a", 10); err == nil || !strings.Contains(err.Error(), "deadline exceeded") {
+				t.Fatalf("search with every scan token held: %v, want it to wait until its deadline", err)
+			}
+			if _, err := db.Products(short, catalog.ListQuery{}); err == nil || !strings.Contains(err.Error(), "deadline exceeded") {
+				t.Fatalf("list page with every scan token held: %v, want it to wait until its deadline", err)
+			}
+			for id := int64(1); id <= 20; id++ {
+				if _, err := db.Product(ctx, id); err != nil {
+					t.Fatalf("product %d with every scan token held: %v", id, err)
+				}
+				if _, err := db.Stock(ctx, id); err != nil {
+					t.Fatalf("stock %d with every scan token held: %v", id, err)
+				}
+			}
+			for range cap(db.scans) {
+				db.releaseScan()
+			}
+			if res, err := db.Search(ctx, "a", 10); err != nil || len(res) == 0 {
+				t.Fatalf("search once the tokens are back: %d results, %v", len(res), err)
+			}
+		})
+	}
+}
