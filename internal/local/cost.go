@@ -2,18 +2,21 @@ package local
 
 import "slices"
 
-// mapEntryBytes is what one key costs in the Store's sync.Map beyond the
-// key's bytes and the node: the map's entry (48 bytes), the key boxed in an
-// interface (16) and the entry's share of the hash-trie's inner nodes
-// (160-byte nodes, more of them once deletes have left chains behind). It is
-// measured, not derived: the live heap after two runtime.GCs, less the heap
-// before, over the entries of stores of 1 to 32 MiB (4,000 to 150,000
-// entries) filled and then replaced twice over by evictions, less each
-// entry's node and key bytes, came to 142 to 149 bytes an entry (Go 1.26,
-// amd64; 120 to 127 in a store filled once, never evicting). Rounded up, so
-// that a store that has run a while does not go over its budget.
-// TestCostMatchesHeap checks it against the heap.
-const mapEntryBytes = 152
+// mapEntryBytes is what one key costs in the Store's index beyond the key's
+// bytes and the node (whose size counts its hash and chain link): its share
+// of its shard's bucket table, one 8-byte pointer a bucket. A table doubles
+// when its entries outnumber its buckets, so it holds one to two buckets an
+// entry: 16 bytes just past a doubling. It is measured, not derived
+// (TestIndexBytes): the live heap after two runtime.GCs, less the heap
+// before, over the entries of stores of 0.5 to 18 MiB (4,000 to 136,000
+// entries) sized for each shard to sit just past a doubling, filled and then
+// replaced by evictions, less each entry's node and key bytes, came to 15.5
+// bytes an entry in the largest and 19.5 in the smallest, where the shards'
+// fixed parts weigh more (Go 1.26, amd64, 32 shards; 9 to 14 in stores of 1
+// to 32 MiB filled once to 90%, never evicting). Rounded up, so that a store
+// that has run a while does not go over its budget. TestCostMatchesHeap
+// checks it against the heap.
+const mapEntryBytes = 24
 
 // Cost is what an entry of key whose value holds held bytes (see Set) costs
 // in s: the key's bytes and the node as allocated, the map's share and held.

@@ -51,3 +51,30 @@ func TestCostMatchesHeap(t *testing.T) {
 		})
 	}
 }
+
+// The index's share of an entry, measured at its worst: each shard just past
+// a doubling of its bucket table, the store filled and then replaced by
+// evictions. It is at most what Cost charges for it (mapEntryBytes).
+func TestIndexBytes(t *testing.T) {
+	if testing.Short() || local.RaceEnabled {
+		t.Skip("fills stores of up to 18 MiB; the race detector adds nothing to a heap measure but minutes")
+	}
+	for _, perShard := range []int64{130, 1060, 4240} { // just past 128, 1024, 4096
+		base := memtest.LiveHeap()
+		shards := int64(local.Shards(local.New[[]byte](0)))
+		cost := local.New[[]byte](0).Cost("q:0000000000", 0)
+		budget := perShard * shards * cost
+		s := local.New[[]byte](budget)
+		for i := range 2 * budget / cost {
+			s.Set(fmt.Sprintf("q:%010d", i), nil, 0, 1<<62)
+		}
+		heap := memtest.LiveHeap() - base
+		st := s.Stats()
+		runtime.KeepAlive(s)
+		index := float64(heap)/float64(st.Entries) - float64(cost-local.MapEntryBytes)
+		t.Logf("%d entries in a store of %d bytes: the index takes %.1f bytes an entry", st.Entries, budget, index)
+		if index > local.MapEntryBytes {
+			t.Errorf("the index takes %.1f bytes an entry; Cost charges %d", index, local.MapEntryBytes)
+		}
+	}
+}

@@ -62,7 +62,7 @@ func TestSecondChance(t *testing.T) {
 	var keys []string
 	for i := 0; len(keys) < 4; i++ {
 		k := fmt.Sprint("k", i)
-		if s.shard(k) == sh {
+		if _, ksh := s.locate(k); ksh == sh {
 			keys = append(keys, k)
 		}
 	}
