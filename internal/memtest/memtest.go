@@ -25,10 +25,10 @@ func LiveHeap() int64 {
 // entries of one value size cost alike, until a round of them leaves the
 // count entries returns grown by less than 1% (the stores are at their
 // budgets and evicting), then with as many keys again: a store that has
-// run a while, its map's deletes included, not one filled once (a store's
-// map takes about 20 bytes an entry more once it has replaced its entries,
-// and no more after twenty replacements than after one). It returns how
-// many keys it read.
+// run a while, its index's deletes included, not one filled once (the
+// sync.Map the stores once used took about 20 bytes an entry more once it
+// had replaced its entries, and no more after twenty replacements than
+// after one). It returns how many keys it read.
 func Fill(read func(keys []string) error, entries func() int) (int, error) {
 	next, batch := 0, make([]string, 256)
 	readBatch := func() error {
