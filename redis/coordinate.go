@@ -209,7 +209,7 @@ func invalidated(r rueidis.RedisResult) (registry, error) {
 	return reg, err
 }
 
-// Lease implements tier.Coordinator with SET NX PX.
+// Lease implements tier.Coordinator with SET NX PXAT.
 func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	full, err := t.fullKey(key)
 	var lk string
@@ -219,9 +219,17 @@ func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 	if err != nil {
 		return false, fmt.Errorf("redis tier lease %q: %w", key, err)
 	}
-	ms := pxMillis(ttl)
+	// The lease ends at an absolute time (PXAT), not ttl after the server
+	// runs the command: a SET sent to a server that froze (SIGSTOP, a
+	// long fork) runs when it wakes, seconds after this call gave up on
+	// it, and with a relative TTL it would then hold the key for a whole
+	// ttl on behalf of nobody, stalling every process's readers. With
+	// PXAT it ends when it was meant to, or is never set. The price is
+	// that the lease follows this host's clock: hosts off by more than a
+	// few milliseconds shorten or lengthen leases by their skew.
+	at := time.Now().UnixMilli() + pxMillis(ttl)
 	res := t.one(ctx, t.opts.WriteTimeout, plainCommand(lk, func(b rueidis.Builder) rueidis.Completed {
-		return b.Set().Key(lk).Value(token).Nx().PxMilliseconds(ms).Build()
+		return b.Set().Key(lk).Value(token).Nx().PxatMillisecondsTimestamp(at).Build()
 	}))
 	err = res.Error()
 	switch {

@@ -130,3 +130,40 @@ func TestLeaseOfAProcessWhoseOtherPrimaryFroze(t *testing.T) {
 		t.Fatalf("the lease is still held after A's load (%v, %v)", got, err)
 	}
 }
+
+// TestLeaseSentToAFrozenServerNeverOutlivesIt: a lease's SET reaches a
+// server frozen with SIGSTOP, the call gives up at its WriteTimeout, and
+// the server runs the SET when it wakes, after the lease was meant to end.
+// The lease must not appear then: with a TTL counted from when the server
+// ran it, it held the key for a whole Lease.TTL on behalf of nobody, and
+// every process's readers of the key waited for it (a chaos run: 0.78 s
+// after a primary's freeze).
+func TestLeaseSentToAFrozenServerNeverOutlivesIt(t *testing.T) {
+	srv := redistest.Standalone(t)
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, KeyPrefix: "fz:", WriteTimeout: 100 * time.Millisecond})
+	rc := rawClient(t, srv.Addr())
+	ctx := context.Background()
+	const ttl = 400 * time.Millisecond
+	srv.Freeze()
+	if ok, err := tr.Lease(ctx, "k", "token", ttl); err == nil {
+		srv.Thaw()
+		t.Fatalf("Lease on a frozen server: %v, nil error", ok)
+	}
+	time.Sleep(ttl + 200*time.Millisecond) // the lease was meant to be over by now
+	srv.Thaw()
+	// The server runs the buffered SET as it wakes; watch the lease key
+	// for longer than the lease would have lived from then.
+	deadline := time.Now().Add(ttl + 300*time.Millisecond)
+	polls := 0
+	for time.Now().Before(deadline) {
+		if v, ok := rawGet(t, rc, "{fz:k}:lease"); ok {
+			pttl, _ := rc.Do(ctx, rc.B().Pttl().Key("{fz:k}:lease").Build()).AsInt64()
+			t.Fatalf("a lease %q with %d ms left appeared after the server woke, %v after it was meant to end", v, pttl, ttl+200*time.Millisecond)
+		}
+		polls++
+		time.Sleep(5 * time.Millisecond)
+	}
+	if polls < 10 {
+		t.Fatalf("only %d polls of the lease key: the check proves nothing", polls)
+	}
+}
