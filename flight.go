@@ -81,29 +81,23 @@ func (f *flight) finish(res Result, err error) {
 }
 
 // firstReady returns a channel closed once firstOut is set.
-func (f *flight) firstReady() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.published {
-		return closed
-	}
-	if f.first == nil {
-		f.first = make(chan struct{})
-	}
-	return f.first
-}
+func (f *flight) firstReady() <-chan struct{} { return f.ready(&f.first, &f.published) }
 
 // finishedReady returns a channel closed once finalOut is set.
-func (f *flight) finishedReady() <-chan struct{} {
+func (f *flight) finishedReady() <-chan struct{} { return f.ready(&f.finished, &f.ended) }
+
+// ready returns *ch, making it if no one has waited yet, or closed if *set
+// says its outcome is there already.
+func (f *flight) ready(ch *chan struct{}, set *bool) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ended {
+	if *set {
 		return closed
 	}
-	if f.finished == nil {
-		f.finished = make(chan struct{})
+	if *ch == nil {
+		*ch = make(chan struct{})
 	}
-	return f.finished
+	return *ch
 }
 
 // beginStore takes the store lock and reports whether the flight may still
