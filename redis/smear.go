@@ -79,13 +79,12 @@ const registrySuffix = ":c"
 const registrySlack = time.Minute
 
 // registerScript registers copy names in a key's registry if the key's
-// version is still the one read before the load (an empty expected version
-// registers unconditionally), and then, for SetSmearedIfVersion, sets the
-// key itself. KEYS: version, registry[, value]. ARGV: expected version,
+// version is still the one read before the load, and then, for
+// SetSmearedIfVersion, sets the key itself. KEYS: version, registry[, value]. ARGV: expected version,
 // registry TTL in ms, the number n of names, the n names[, value, its TTL
 // in ms]. Returns 1 if it registered (and set), 0 if the version changed.
 var registerScript = newScript(`
-if ARGV[1] ~= '' and (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return 0 end
+if (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[3])
 if n > 0 then
   redis.call('SADD', KEYS[2], unpack(ARGV, 4, 3 + n))
@@ -96,7 +95,7 @@ return 1`)
 
 // register is the registerScript call that registers names under reg (a
 // key's registry, beside its version vk) for copies living ttl, if the
-// key's version is ver ("": whatever it is).
+// key's version is ver.
 func register(vk, reg, ver string, ttl time.Duration, names []string) command {
 	args := make([]string, 0, 3+len(names)+2)
 	args = append(args, ver, strconv.FormatInt(pxMillis(ttl+registrySlack), 10), strconv.Itoa(len(names)))
