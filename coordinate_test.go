@@ -50,6 +50,71 @@ func TestLeasesCoalesceAcrossProcesses(t *testing.T) {
 	}
 }
 
+// A waiter that finds the key missing and then takes the lease, because its
+// holder stored the value and released the lease in between, reads once
+// more before loading: one load, not two.
+func TestLeaseFreedBetweenAWaitersReadAndItsLease(t *testing.T) {
+	shared := inmem.New(nil)
+	released := make(chan struct{})
+	waiting := make(chan struct{})
+	holder := &leaseHooks{Tier: shared, afterRelease: func() { close(released) }}
+	var waiterLeases atomic.Int64
+	waiter := &leaseHooks{Tier: shared, beforeLease: func() {
+		if waiterLeases.Add(1) == 2 { // the first try is refused; the second follows a poll's miss
+			close(waiting)
+			<-released
+		}
+	}}
+	p := holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, Poll: 5 * time.Millisecond}, Hot: holdfast.HotPolicy{Disabled: true}}
+	a := newNS(t, newCache(t, holdfast.Options{Shared: holder}), "product", p)
+	b := newNS(t, newCache(t, holdfast.Options{Shared: waiter}), "product", p)
+	load := &countingLoader{gate: make(chan struct{})}
+
+	got := make(chan holdfast.Result, 2)
+	go func() { res, _ := a.Get(context.Background(), "k", load); got <- res }()
+	eventually(t, "the holder's load to start", func() bool { return load.calls.Load() == 1 })
+	go func() { res, _ := b.Get(context.Background(), "k", load); got <- res }()
+	<-waiting // the waiter read a miss and is about to send its second Lease
+	close(load.gate)
+	for range 2 {
+		if res := <-got; string(res.Value) != "v1:k" {
+			t.Fatalf("a reader got %q from %v, want the holder's v1:k", res.Value, res.Source)
+		}
+	}
+	if n := load.calls.Load(); n != 1 {
+		t.Fatalf("loader calls = %d, want 1", n)
+	}
+	if st := b.Stats(); st.LeasesTaken != 1 || st.LeaseWaits != 1 {
+		t.Fatalf("waiter: leases taken %d, waits %d; want 1 and 1", st.LeasesTaken, st.LeaseWaits)
+	}
+	eventually(t, "the waiter's lease to be released", func() bool {
+		ok, _ := shared.Lease(context.Background(), "product:k", "probe", time.Minute)
+		return ok
+	})
+}
+
+// leaseHooks is an inmem tier whose Lease and Release calls run hooks.
+type leaseHooks struct {
+	*inmem.Tier
+	beforeLease  func()
+	afterRelease func()
+}
+
+func (h *leaseHooks) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if h.beforeLease != nil {
+		h.beforeLease()
+	}
+	return h.Tier.Lease(ctx, key, token, ttl)
+}
+
+func (h *leaseHooks) Release(ctx context.Context, key, token string) error {
+	err := h.Tier.Release(ctx, key, token)
+	if h.afterRelease != nil {
+		h.afterRelease()
+	}
+	return err
+}
+
 func TestLeaseOfADeadHolderExpires(t *testing.T) {
 	shared := inmem.New(nil)
 	// A process took the lease and died: nobody releases it.

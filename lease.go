@@ -110,10 +110,7 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 			return
 		case status == tierDown:
 			return
-		case status == tierHit && (now < m.soft || m.negative && now < m.hard):
-			n.storeLocal(j.f, j.key, &m, now)
-			res, err := n.served(&m, SourceShared)
-			j.out, j.done = outcome{res, err}, true
+		case n.answeredByWait(j, &m, status, now):
 			return
 		case status == tierHit && now < m.hard && !j.f.published:
 			// An older value, past its soft time (the holder's write has
@@ -123,11 +120,34 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 			res, _ := n.served(&m, SourceStale)
 			j.f.publish(res, nil)
 		}
-		if !n.tryLease(ctx, j) {
-			return
+		if n.tryLease(ctx, j) {
+			poll.Reset(n.p.Lease.Poll)
+			continue
 		}
-		poll.Reset(n.p.Lease.Poll)
+		if j.lease != nil {
+			// The lease came free between the read above and the SET:
+			// its holder may have stored the value and released it in
+			// that gap (two round trips, shorter than one descheduling
+			// on a busy host). One more read before loading again; the
+			// lease is released with the job's (loadNow).
+			m, status = n.sharedGet(ctx, j.key)
+			n.answeredByWait(j, &m, status, n.exactNow())
+		}
+		return
 	}
+}
+
+// answeredByWait answers j with the shared tier's answer m if it is one a
+// waiting reader may take: a value within its soft time, or a negative
+// entry within its hard time.
+func (n *Namespace) answeredByWait(j *job, m *meta, status tierStatus, now int64) bool {
+	if status != tierHit || !(now < m.soft || m.negative && now < m.hard) {
+		return false
+	}
+	n.storeLocal(j.f, j.key, m, now)
+	res, err := n.served(m, SourceShared)
+	j.out, j.done = outcome{res, err}, true
+	return true
 }
 
 // serveHeldCurrent answers the flight's readers at once, while it waits for
