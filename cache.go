@@ -102,6 +102,9 @@ type Cache struct {
 	mu         sync.Mutex
 	namespaces map[string]*Namespace
 	closed     atomic.Bool // set under mu; read without it on the miss path
+
+	stream streamState // with a tier.InvalidationStream
+	id     string      // this Cache's identity in announcements (tier.WithOrigin)
 }
 
 // New returns a Cache configured by opts, or an error if opts is invalid.
@@ -118,6 +121,7 @@ func New(opts Options) (*Cache, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		namespaces: make(map[string]*Namespace),
+		id:         newLeaseToken(),
 	}
 	if c.clock == nil {
 		c.clock = systemClock{}
@@ -133,6 +137,14 @@ func New(opts Options) (*Cache, error) {
 	}
 	if sharer := c.caps.share; sharer != nil {
 		c.goOwned(func() { c.shareHotKeys(sharer) })
+	}
+	if stream := c.caps.stream; stream != nil {
+		// Until the stream is first heard, nothing this process stores
+		// has been checked against an announcement: that is a gap too.
+		c.stream.resumed = make(chan struct{}, 1)
+		c.stream.heard.Store(c.clock.Now().UnixNano())
+		c.stream.gap.Store(true)
+		c.goOwned(func() { c.listen(stream) })
 	}
 	return c, nil
 }
@@ -171,6 +183,9 @@ func (c *Cache) Namespace(name string, p Policy) (*Namespace, error) {
 	}
 	ns := newNamespace(c, name, p)
 	c.namespaces[name] = ns
+	if sharer := c.caps.share; sharer != nil && ns.p.Hot.Share && ns.hot != nil && !ns.p.Hot.NoWarmStart {
+		c.goOwnedLocked(func() { ns.warmStart(sharer) })
+	}
 	return ns, nil
 }
 
@@ -275,12 +290,16 @@ func (c *Cache) SetRecorder(r Recorder) error {
 // does not run fn, once the cache is closing.
 func (c *Cache) goOwned(fn func()) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.goOwnedLocked(fn)
+}
+
+// goOwnedLocked is goOwned for a caller holding c.mu.
+func (c *Cache) goOwnedLocked(fn func()) bool {
 	if c.closed.Load() {
-		c.mu.Unlock()
 		return false
 	}
 	c.loads.Add(1)
-	c.mu.Unlock()
 	go func() {
 		defer c.loads.Done()
 		fn()

@@ -1095,6 +1095,7 @@ func TestSharedHotSet(t *testing.T) {
 	p := holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Threshold: 50, HalfLife: time.Second, Share: true}}
 	opts := holdfast.Options{Shared: shared, HotShareInterval: 20 * time.Millisecond}
 	a := newNS(t, newCache(t, opts), "product", p)
+	p.Hot.NoWarmStart = true // b's first read must find the key where a left it, not warmed (TestWarmStartFromTheSharedHotSet)
 	b := newNS(t, newCache(t, opts), "product", p)
 	l := &countingLoader{}
 	for range 2000 {

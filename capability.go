@@ -38,25 +38,30 @@ type Capabilities struct {
 	// HotSharing: a tier.HotSharer's hot set shared by every process
 	// (Policy.Hot.Share).
 	HotSharing bool
+	// Stream: a tier.InvalidationStream's announcements of every
+	// invalidation to every process, which drop their hot-tier copies.
+	Stream bool
 }
 
 func (cp Capabilities) String() string {
-	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing)
+	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t stream=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing, cp.Stream)
 }
 
 // tierCaps is the shared tier's capabilities, each the first tier down the
 // Unwrap chain that has it.
 type tierCaps struct {
-	coord tier.Coordinator
-	smear tier.Smearer
-	share tier.HotSharer
+	coord  tier.Coordinator
+	smear  tier.Smearer
+	share  tier.HotSharer
+	stream tier.InvalidationStream
 }
 
 func probeTier(t tier.Tier) tierCaps {
 	return tierCaps{
-		coord: probe[tier.Coordinator](t),
-		smear: probe[tier.Smearer](t),
-		share: probe[tier.HotSharer](t),
+		coord:  probe[tier.Coordinator](t),
+		smear:  probe[tier.Smearer](t),
+		share:  probe[tier.HotSharer](t),
+		stream: probe[tier.InvalidationStream](t),
 	}
 }
 
@@ -82,6 +87,7 @@ func (tc tierCaps) capabilities() Capabilities {
 		Leases:     tc.coord != nil,
 		Smearing:   tc.smear != nil && tc.smear.Copies() > 1,
 		HotSharing: tc.share != nil,
+		Stream:     tc.stream != nil,
 	}
 }
 
@@ -119,5 +125,6 @@ func (n *Namespace) uses() Capabilities {
 		Leases:     n.coord != nil && n.p.Lease.Enabled,
 		Smearing:   n.smear != nil && n.smear.Copies() > 1,
 		HotSharing: n.c.caps.share != nil && n.p.Hot.Share,
+		Stream:     n.c.caps.stream != nil,
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 // pendingDeletes holds a namespace's invalidations whose shared-tier delete
@@ -129,6 +131,7 @@ func (n *Namespace) replayPending(ctx context.Context) {
 	}
 	n.pending.done(keys, seqs)
 	n.ctr.add(evReplayedDeletes, uint64(len(keys)))
+	n.countSent(len(keys))
 	n.c.logger().Info("holdfast: replayed invalidations", "namespace", n.name, "keys", len(keys))
 }
 
@@ -235,7 +238,10 @@ func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
 		for i, key := range keys {
 			qualified[i] = n.prefix + key
 		}
-		if derr := n.deleteShared(ctx, qualified...); derr != nil {
+		derr := n.deleteShared(ctx, qualified...)
+		if derr == nil {
+			n.countSent(len(keys))
+		} else {
 			n.countTierError(derr, evSharedDelError)
 			// Which keys failed is not known: replay them all (a second
 			// delete and version bump of a key is harmless).
@@ -270,6 +276,14 @@ func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
 	return err
 }
 
+// countSent counts keys whose invalidation the shared tier took, when it
+// announces invalidations.
+func (n *Namespace) countSent(keys int) {
+	if n.c.caps.stream != nil {
+		n.ctr.add(evInvalidationSent, uint64(keys))
+	}
+}
+
 // supersedeWindow is how long an invalidation makes older shared-tier
 // values of its key read as misses in this process: past it, such a value
 // is past its hard time and stale-if-error window.
@@ -279,6 +293,7 @@ func (n *Namespace) supersedeWindow() int64 { return int64(n.p.TTL + n.p.StaleIf
 // versions when the tier is a tier.Coordinator.
 func (n *Namespace) deleteShared(ctx context.Context, keys ...string) error {
 	if n.coord != nil {
+		ctx = tier.WithOrigin(ctx, n.c.id)
 		return n.coord.Invalidate(ctx, keys...)
 	}
 	return n.c.opts.Shared.Delete(ctx, keys...)

@@ -59,6 +59,17 @@ type Stats struct {
 	HotBytes          uint64 // memory the hot tier's entries take, as Hot.MaxBytes counts it (a gauge)
 	LastKnownGoodKeys uint64 // entries now in the last-known-good store (a gauge)
 
+	// With a shared tier that announces invalidations to every process
+	// (tier.InvalidationStream):
+	InvalidationsSent    uint64 // keys this process invalidated in the shared tier, each announced to every process
+	InvalidationsHeard   uint64 // announcements of this namespace's keys heard, this process's own included
+	InvalidationsApplied uint64 // other processes' announcements that dropped or demoted a copy held here
+	Revalidated          uint64 // hot-tier copies checked against the shared tier after the stream was not heard for a while
+	RevalidationDropped  uint64 // of those, the copies dropped: the shared tier no longer held the same load
+	UnheardMillis        uint64 // milliseconds since the stream was last heard (a gauge; 0 while it is heard or without a stream)
+	WarmStartKeys        uint64 // keys the warm start put in the hot tier (Hot.Share)
+	WarmStartBytes       uint64 // their envelopes' bytes
+
 	// Capabilities is what the namespace uses of the shared tier's
 	// capabilities (not a counter).
 	Capabilities Capabilities
@@ -101,6 +112,13 @@ const (
 	evSmearedWrite
 	evSuperseded
 	evLoadTimeout
+	evInvalidationSent
+	evInvalidationHeard
+	evInvalidationApplied
+	evRevalidated
+	evRevalidationDropped
+	evWarmStartKey
+	evWarmStartBytes
 	numEvents
 )
 
@@ -190,5 +208,13 @@ func (c *counters) snapshot() Stats {
 		SmearedWrites:    c.sum(evSmearedWrite),
 		Superseded:       c.sum(evSuperseded),
 		LoadTimeouts:     c.sum(evLoadTimeout),
+
+		InvalidationsSent:    c.sum(evInvalidationSent),
+		InvalidationsHeard:   c.sum(evInvalidationHeard),
+		InvalidationsApplied: c.sum(evInvalidationApplied),
+		Revalidated:          c.sum(evRevalidated),
+		RevalidationDropped:  c.sum(evRevalidationDropped),
+		WarmStartKeys:        c.sum(evWarmStartKey),
+		WarmStartBytes:       c.sum(evWarmStartBytes),
 	}
 }

@@ -36,6 +36,9 @@ type Namespace struct {
 	// sharedHot is the hot set every process published (Hot.Share).
 	sharedHot atomic.Pointer[sharedHotSet]
 	backoff   *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
+	// hotOff is set while the invalidation stream has gone unheard longer
+	// than Hot.MaxUnheard: the hot tier was emptied and admits nothing.
+	hotOff atomic.Bool
 }
 
 func newNamespace(c *Cache, name string, p Policy) *Namespace {
@@ -103,6 +106,11 @@ func (n *Namespace) Stats() Stats {
 		s.LastKnownGoodKeys = uint64(n.lkg.Stats().Entries)
 	}
 	s.PendingDeletes = uint64(n.pending.n.Load())
+	if n.c.caps.stream != nil && n.c.stream.gap.Load() {
+		if d := n.exactNow() - n.c.stream.heard.Load(); d > 0 {
+			s.UnheardMillis = uint64(d / 1e6)
+		}
+	}
 	s.Capabilities = n.uses()
 	if set := n.sharedHot.Load(); set != nil && n.now() < set.until {
 		s.SharedHotKeys = uint64(len(set.keys))

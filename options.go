@@ -201,6 +201,21 @@ type HotPolicy struct {
 	// for three HotShareIntervals after they were last published.
 	// Default false.
 	Share bool
+	// NoWarmStart turns off the warm start of a namespace with Share: at
+	// Cache.Namespace, the values of the keys the other processes find hot
+	// are read from the shared tier into the hot tier (at most half of
+	// MaxBytes, within 5 s), so that a process started while others run
+	// does not start cold. Default false.
+	NoWarmStart bool
+	// MaxUnheard is how long the hot tier goes on answering after the
+	// shared tier's invalidation stream (tier.InvalidationStream) was last
+	// heard, when it breaks: past it the hot tier is emptied, and admits
+	// nothing until the stream is heard again, when what it holds is
+	// checked against the shared tier. It bounds how long another
+	// process's update can go unseen here while the stream is down
+	// (last-known-good still answers within the TTL while the shared tier
+	// fails). Default 15 s.
+	MaxUnheard time.Duration
 }
 
 // HotMode chooses which keys enter a namespace's hot tier.
@@ -272,6 +287,7 @@ const (
 	DefaultHotThreshold       = 1000.0 / 60
 	DefaultHotHalfLife        = 2 * time.Second
 	DefaultHotTopK            = 64
+	DefaultHotMaxUnheard      = 15 * time.Second
 	DefaultLastKnownGoodBytes = 32 << 20
 	DefaultMaxValueBytes      = 1 << 20
 	DefaultMaxKeyBytes        = 512
@@ -318,7 +334,7 @@ func (p Policy) withDefaults() (Policy, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"TTL", p.TTL}, {"SoftTTL", p.SoftTTL}, {"StaleIfError", p.StaleIfError}, {"NegativeTTL", p.NegativeTTL}, {"LoadTimeout", p.LoadTimeout}, {"Hot.TTL", p.Hot.TTL}} {
+	}{{"TTL", p.TTL}, {"SoftTTL", p.SoftTTL}, {"StaleIfError", p.StaleIfError}, {"NegativeTTL", p.NegativeTTL}, {"LoadTimeout", p.LoadTimeout}, {"Hot.TTL", p.Hot.TTL}, {"Hot.MaxUnheard", p.Hot.MaxUnheard}} {
 		if d.v < 0 {
 			bad("%s %v is negative", d.name, d.v)
 		}
@@ -361,6 +377,9 @@ func (p Policy) withDefaults() (Policy, error) {
 	}
 	if p.Lease.Poll == 0 {
 		p.Lease.Poll = 10 * time.Millisecond
+	}
+	if p.Hot.MaxUnheard == 0 {
+		p.Hot.MaxUnheard = DefaultHotMaxUnheard
 	}
 	if p.Hot.TTL == 0 {
 		p.Hot.TTL = DefaultHotTTL

@@ -45,7 +45,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 	// The envelope as allocated: its capacity, rounded up as the
 	// allocator does (a 16 KiB value in its 40-byte envelope takes 18 KiB).
 	held := local.SizeClass(cap(m.raw))
-	if n.hot != nil && n.admitHot(key, now) {
+	if n.hot != nil && !n.hotOff.Load() && n.admitHot(key, now) {
 		// Never past the soft time: a hot-tier hit is always fresh.
 		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
 			n.hot.Set(key, *m, held, exp)

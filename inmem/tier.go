@@ -30,6 +30,9 @@ type Tier struct {
 	stall    chan struct{}                   // while non-nil, calls block until it closes or ctx ends
 	stallW   chan struct{}                   // the same, for Set only
 	calls    Calls
+
+	subscribers map[*subscriber]struct{} // Listen calls (stream.go)
+	deaf        bool                     // announcements are lost (Deafen)
 }
 
 type item struct {
@@ -239,6 +242,7 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 		delete(t.items, k)
 		t.versions[k]++
 	}
+	t.announce(ctx, keys)
 	return nil
 }
 

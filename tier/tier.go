@@ -136,3 +136,52 @@ type HotSharer interface {
 	// the most recently published first. The tier bounds the set's size.
 	ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error)
 }
+
+// InvalidationStream is implemented by coordinating tiers that announce every
+// invalidation to every process, so that each can drop its in-memory copy of
+// the key (holdfast's hot tier) within milliseconds rather than when the copy
+// expires. Invalidate announces each key it invalidates; Listen delivers the
+// announcements of every process, this one's included.
+//
+// Announcements may be lost (a broken connection, a frozen server): the
+// stream then says so with Lost, and with Heard once it is known to deliver
+// again, and the Cache revalidates what it holds from before. A stream must
+// never stay silent about a loss for longer than it takes to notice one.
+type InvalidationStream interface {
+	Coordinator
+	// Listen delivers the stream's events to l, one at a time on the calling
+	// goroutine, reconnecting as needed, until ctx ends.
+	Listen(ctx context.Context, l Listener)
+}
+
+// Listener receives an InvalidationStream's events. Its methods must be
+// fast: the stream does not read on while one runs.
+type Listener interface {
+	// Invalidated: key (as given to Invalidate) was invalidated at at, by the
+	// clock of the process that did it, on behalf of origin (the Origin of
+	// the Invalidate call's context; "" when it had none).
+	Invalidated(key string, at time.Time, origin string)
+	// Heard: the stream has just been seen to deliver (its own heartbeat
+	// made the round trip), so every announcement made before that
+	// heartbeat was sent has been delivered, unless Lost was called since.
+	Heard()
+	// Lost: announcements may have been lost since the last Heard (the
+	// connection broke, or a heartbeat is overdue).
+	Lost()
+}
+
+type originKey struct{}
+
+// WithOrigin returns ctx carrying origin, the identity of the process (the
+// Cache) on whose behalf a call is made: an InvalidationStream announces an
+// invalidation with its call's Origin, so that its maker can tell its own
+// announcements from others'.
+func WithOrigin(ctx context.Context, origin string) context.Context {
+	return context.WithValue(ctx, originKey{}, origin)
+}
+
+// Origin returns the origin WithOrigin put in ctx, or "".
+func Origin(ctx context.Context) string {
+	s, _ := ctx.Value(originKey{}).(string)
+	return s
+}

@@ -251,6 +251,23 @@ func (s *Store[V]) Clear() {
 	}
 }
 
+// Range calls f with each entry not expired at now, a shard at a time, and
+// stops when f returns false. f runs under the shard's lock: it must not
+// call the Store. Entries set or removed meanwhile may or may not be seen.
+func (s *Store[V]) Range(now int64, f func(key string, v *V) bool) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for n := sh.clock.head; n != nil; n = n.next {
+			if n.expires > now && !f(n.key, &n.val) {
+				sh.mu.Unlock()
+				return
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // Stats is a snapshot of a Store's size.
 type Stats struct {
 	Entries int

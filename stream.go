@@ -1,0 +1,303 @@
+package holdfast
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/local"
+	"github.com/holdfast-dev/holdfast/tier"
+)
+
+// Invalidations heard from other processes (tier.InvalidationStream).
+//
+// Without a stream, a process learns of another's invalidation only when its
+// own copy expires: the hot tier's copy of a key lives up to Hot.TTL (a
+// minute by default), and the hot tier holds exactly the keys with the most
+// readers. With one, every invalidation is announced, and each process drops
+// its hot copy of the key as it hears the announcement, demotes its
+// last-known-good copy to a fallback for stale-if-error only, and reads
+// older shared-tier values of the key as misses (a replica behind its
+// primary may still hold one).
+//
+// A stream can break (a disconnect, a frozen server, a failover), and a
+// process cannot hear what it missed. It does not flush then: its hot tier
+// goes on answering for Hot.MaxUnheard after the stream was last heard, and
+// is emptied only past that, admitting nothing until the stream is heard
+// again; last-known-good answers within the TTL as it always does while the
+// shared tier fails. When the stream is heard again, every copy the hot tier
+// still holds is checked against the shared tier in pipelined reads and
+// dropped unless the shared tier holds the same load of the key, so nothing
+// it serves from before the gap is older than the last invalidation it
+// missed.
+
+// streamCheckEvery is how often the stream's state is looked at: how late
+// past Hot.MaxUnheard a hot tier may be emptied, and how soon a revalidation
+// that failed is tried again.
+const streamCheckEvery = 50 * time.Millisecond
+
+// revalidateBatch is how many keys one revalidation read asks for.
+const revalidateBatch = 256
+
+// streamState is what the Cache knows of its stream.
+type streamState struct {
+	heard   atomic.Int64 // clock's Unix nanoseconds of the last Heard
+	gap     atomic.Bool  // Lost since the last Heard (or never heard yet)
+	resumed chan struct{}
+	// resumedAt is when the last gap ended: values loaded since were
+	// loaded while the stream was heard, and need no check.
+	resumedAt atomic.Int64
+}
+
+// listener is the Cache's tier.Listener.
+type listener struct{ c *Cache }
+
+var _ tier.Listener = listener{}
+
+func (l listener) Invalidated(key string, at time.Time, origin string) {
+	n := l.c.namespaceOf(key)
+	if n == nil {
+		return
+	}
+	n.ctr.inc(evInvalidationHeard)
+	if origin != l.c.id {
+		n.invalidatedElsewhere(key[len(n.prefix):], at.UnixNano())
+	}
+}
+
+func (l listener) Heard() {
+	s := &l.c.stream
+	now := l.c.clock.Now().UnixNano()
+	s.heard.Store(now)
+	if s.gap.Load() {
+		s.resumedAt.Store(now)
+	}
+	if s.gap.CompareAndSwap(true, false) {
+		select {
+		case s.resumed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l listener) Lost() { l.c.stream.gap.Store(true) }
+
+// namespaceOf returns the namespace of a qualified key, or nil.
+func (c *Cache) namespaceOf(key string) *Namespace {
+	name, _, ok := strings.Cut(key, ":")
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	n := c.namespaces[name]
+	c.mu.Unlock()
+	return n
+}
+
+// listen runs on a goroutine of the Cache's while its shared tier is a
+// tier.InvalidationStream: the stream's events on one goroutine, and the
+// gaps watched on another.
+func (c *Cache) listen(stream tier.InvalidationStream) {
+	c.goOwned(c.watchStream)
+	stream.Listen(c.ctx, listener{c})
+}
+
+// watchStream empties the hot tiers that have gone unheard too long, and
+// revalidates them when the stream is heard again.
+func (c *Cache) watchStream() {
+	t := time.NewTicker(streamCheckEvery)
+	defer t.Stop()
+	stale := false // a revalidation is owed: one failed, or one is due
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.stream.resumed:
+			stale = true
+		case <-t.C:
+		}
+		gap := c.stream.gap.Load()
+		unheard := c.clock.Now().UnixNano() - c.stream.heard.Load()
+		ok := true
+		for _, n := range c.namespaceList() {
+			if n.hot == nil {
+				continue
+			}
+			switch {
+			case gap && unheard >= int64(n.p.Hot.MaxUnheard):
+				if n.hotOff.CompareAndSwap(false, true) {
+					n.hot.Clear()
+					n.c.logger().Warn("holdfast: invalidation stream unheard; hot tier emptied until it is heard again", "namespace", n.name, "unheard", time.Duration(unheard))
+				}
+			case !gap && stale:
+				ok = n.revalidate(c.ctx) && ok
+				n.hotOff.Store(false)
+			}
+		}
+		if !gap && stale && ok {
+			stale = false
+		}
+	}
+}
+
+// namespaceList returns the Cache's namespaces.
+func (c *Cache) namespaceList() []*Namespace {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	nss := make([]*Namespace, 0, len(c.namespaces))
+	for _, ns := range c.namespaces {
+		nss = append(nss, ns)
+	}
+	return nss
+}
+
+// invalidatedElsewhere applies another process's invalidation of key, made
+// at at by its clock.
+func (n *Namespace) invalidatedElsewhere(key string, at int64) {
+	now := n.exactNow()
+	// A clock ahead of this one must not supersede loads made after the
+	// announcement was heard.
+	at = min(at, now)
+	n.recent.add(key, at, n.supersedeWindow())
+	// A flight under way may have read the old value: it must not store it.
+	n.flights.invalidate(key)
+	applied := false
+	if n.hot != nil && n.hot.Get(key, now) != nil {
+		n.hot.Delete(key)
+		applied = true
+	}
+	if n.lkg != nil {
+		// Kept as a fallback for stale-if-error, never again served as
+		// current: past its hard time from now on.
+		if m := n.lkg.Get(key, now); m != nil && m.origin < at && m.hard > now {
+			d := *m
+			d.soft, d.hard = min(d.soft, now), now
+			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), now+int64(n.p.StaleIfError))
+			applied = true
+		}
+	}
+	if applied {
+		n.ctr.inc(evInvalidationApplied)
+	}
+}
+
+// revalidate checks every copy in the hot tier loaded before the stream
+// was heard again against the shared tier, and drops those it does not hold
+// the same load of. It reports false when the shared tier could not answer,
+// and the check must be tried again.
+func (n *Namespace) revalidate(ctx context.Context) bool {
+	now, since := n.exactNow(), n.c.stream.resumedAt.Load()
+	var keys []string
+	var origins []int64
+	n.hot.Range(now, func(key string, m *meta) bool {
+		if m.origin < since {
+			keys = append(keys, key)
+			origins = append(origins, m.origin)
+		}
+		return true
+	})
+	for len(keys) > 0 {
+		k := min(len(keys), revalidateBatch)
+		if !n.revalidateBatch(ctx, keys[:k], origins[:k]) {
+			return false
+		}
+		keys, origins = keys[k:], origins[k:]
+	}
+	return true
+}
+
+func (n *Namespace) revalidateBatch(ctx context.Context, keys []string, origins []int64) bool {
+	qualified := make([]string, len(keys))
+	for i, k := range keys {
+		qualified[i] = n.prefix + k
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.p.LoadTimeout)
+	defer cancel()
+	ls, err := n.c.opts.Shared.GetMany(ctx, qualified)
+	if err != nil {
+		n.countTierError(err, evSharedError)
+		return false
+	}
+	n.ctr.add(evRevalidated, uint64(len(keys)))
+	for i, l := range ls {
+		if l.Err != nil {
+			n.countTierError(l.Err, evSharedError)
+		} else if l.Found {
+			if m, err := decodeMeta(l.Value); err == nil && m.origin == origins[i] {
+				continue
+			}
+		}
+		n.hot.Delete(keys[i])
+		n.ctr.inc(evRevalidationDropped)
+	}
+	return true
+}
+
+// warmStart fills the hot tier of a namespace that shares hot keys with the
+// values of the keys the other processes find hot, so that a process that
+// starts while others run does not start cold: at most half the hot tier's
+// bytes, within warmStartTime.
+func (n *Namespace) warmStart(sharer tier.HotSharer) {
+	ctx, cancel := context.WithTimeout(n.c.ctx, warmStartTime)
+	defer cancel()
+	n.shareHot(ctx, sharer)
+	set := n.sharedHot.Load()
+	if set == nil || len(set.keys) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(set.keys))
+	for k := range set.keys {
+		keys = append(keys, k)
+	}
+	budget := n.p.Hot.MaxBytes / 2
+	for len(keys) > 0 && budget > 0 && ctx.Err() == nil {
+		k := min(len(keys), revalidateBatch)
+		batch := keys[:k]
+		keys = keys[k:]
+		qualified := make([]string, len(batch))
+		for i, key := range batch {
+			qualified[i] = n.prefix + key
+		}
+		ls, err := n.c.opts.Shared.GetMany(ctx, qualified)
+		if err != nil {
+			n.countTierError(err, evSharedError)
+			return
+		}
+		now := n.exactNow()
+		for i, l := range ls {
+			if l.Err != nil || !l.Found || n.pending.has(batch[i]) {
+				continue
+			}
+			m, err := decodeMeta(l.Value)
+			if err != nil || m.negative || now >= m.soft || n.recent.supersedes(batch[i], m.origin, now, n.supersedeWindow()) {
+				continue
+			}
+			n.putLocal(batch[i], &m, now)
+			if n.hot.Get(batch[i], now) != nil {
+				n.ctr.inc(evWarmStartKey)
+				n.ctr.add(evWarmStartBytes, uint64(len(m.raw)))
+				budget -= int64(len(m.raw))
+			}
+		}
+	}
+}
+
+// warmStartTime bounds a namespace's warm start.
+const warmStartTime = 5 * time.Second
+
+// StreamStatus says whether this process hears the shared tier's
+// invalidation stream (tier.InvalidationStream).
+type StreamStatus struct {
+	Enabled   bool      // the shared tier has a stream
+	Heard     bool      // heard since it last broke (and since the Cache began)
+	LastHeard time.Time // when it was last heard (the Cache's start until then)
+}
+
+// Stream returns the state of the shared tier's invalidation stream.
+func (c *Cache) Stream() StreamStatus {
+	if c.caps.stream == nil {
+		return StreamStatus{}
+	}
+	return StreamStatus{Enabled: true, Heard: !c.stream.gap.Load(), LastHeard: time.Unix(0, c.stream.heard.Load())}
+}

@@ -1,0 +1,230 @@
+package holdfast_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/inmem"
+	"github.com/holdfast-dev/holdfast/internal/fakeclock"
+)
+
+// The real-Redis versions of these tests are in package redis
+// (stream_test.go); here the inmem tier's stream stands for it.
+
+// source is a database: each key has a version that updates bump.
+type source struct {
+	mu   sync.Mutex
+	vers map[string]int
+	err  error
+}
+
+func (s *source) Load(ctx context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	return fmt.Appendf(nil, "%s@%d", key, s.vers[key]), nil
+}
+
+func (s *source) update(key string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.vers == nil {
+		s.vers = make(map[string]int)
+	}
+	s.vers[key]++
+	return fmt.Sprintf("%s@%d", key, s.vers[key])
+}
+
+func (s *source) fail(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+// hotEverywhere keeps every key read in the hot tier, for an hour.
+var hotEverywhere = holdfast.Policy{TTL: time.Hour, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Keys: holdfast.HotAll, TTL: time.Hour}}
+
+func TestInvalidationHeardByEveryProcess(t *testing.T) {
+	shared := inmem.New(nil)
+	src := &source{}
+	a := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
+	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
+	mustGet(t, b, "p1", src)
+	settle(t, b, "p1")
+	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot {
+		t.Fatalf("b's second read from %v, want its hot tier", res.Source)
+	}
+	want := src.update("p1")
+	if err := a.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to serve the update", func() bool { return string(mustGet(t, b, "p1", src).Value) == want })
+	eventually(t, "b's counters", func() bool { return b.Stats().InvalidationsApplied == 1 })
+	sa, sb := a.Stats(), b.Stats()
+	if sa.InvalidationsSent != 1 || sb.InvalidationsHeard != 1 || sb.InvalidationsApplied != 1 {
+		t.Fatalf("a sent %d; b heard %d, applied %d; want 1, 1, 1", sa.InvalidationsSent, sb.InvalidationsHeard, sb.InvalidationsApplied)
+	}
+	if sa.InvalidationsApplied != 0 {
+		t.Fatalf("a applied its own announcement (%d)", sa.InvalidationsApplied)
+	}
+	if !sb.Capabilities.Stream {
+		t.Fatal("Capabilities.Stream not set")
+	}
+}
+
+// While the stream cannot be heard, the hot tier goes on answering for
+// Hot.MaxUnheard, then is emptied and admits nothing until the stream is
+// heard again.
+func TestUnheardStreamKeepsTheHotTierThenEmptiesIt(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	src := &source{}
+	p := hotEverywhere
+	p.Hot.MaxUnheard = 10 * time.Second
+	a := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
+	b := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
+	old := string(mustGet(t, b, "p1", src).Value)
+	settle(t, b, "p1")
+
+	shared.Deafen()
+	src.update("p1")
+	if err := a.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(9 * time.Second)
+	time.Sleep(200 * time.Millisecond) // several of the watcher's looks
+	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot || string(res.Value) != old {
+		t.Fatalf("9 s unheard: %q from %v, want the hot copy %q (no flush)", res.Value, res.Source, old)
+	}
+	if st := b.Stats(); st.UnheardMillis < 9000 {
+		t.Fatalf("UnheardMillis %d after 9 s: %+v", st.UnheardMillis, st)
+	}
+	clk.Advance(2 * time.Second)
+	eventually(t, "the hot tier to be emptied", func() bool { return b.Stats().HotEntries == 0 })
+	res := mustGet(t, b, "p1", src)
+	if res.Source == holdfast.SourceHot || string(res.Value) == old {
+		t.Fatalf("11 s unheard: %q from %v", res.Value, res.Source)
+	}
+	mustGet(t, b, "p1", src)
+	if st := b.Stats(); st.HotEntries != 0 {
+		t.Fatalf("the hot tier admitted %d entries while unheard", st.HotEntries)
+	}
+
+	shared.Hear()
+	eventually(t, "the hot tier to admit again", func() bool {
+		mustGet(t, b, "p1", src)
+		return b.Stats().HotEntries == 1 && b.Stats().UnheardMillis == 0
+	})
+}
+
+// When the stream is heard again, every hot copy is checked against the
+// shared tier: the one whose invalidation was lost is dropped, the others
+// stay.
+func TestStreamHeardAgainRevalidatesTheHotTier(t *testing.T) {
+	shared := inmem.New(nil)
+	src := &source{}
+	a := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
+	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
+	for _, k := range []string{"p1", "p2", "p3"} {
+		mustGet(t, b, k, src)
+		settle(t, b, k)
+	}
+	before := b.Stats()
+
+	shared.Deafen()
+	want := src.update("p1")
+	if err := a.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot {
+		t.Fatalf("b read p1 from %v during the gap, want its hot copy", res.Source)
+	}
+	shared.Hear()
+	eventually(t, "the revalidation", func() bool { return b.Stats().Revalidated-before.Revalidated == 3 })
+	if st := b.Stats(); st.RevalidationDropped-before.RevalidationDropped != 1 || st.HotEntries != 2 {
+		t.Fatalf("dropped %d, %d left; want p1 dropped, p2 and p3 kept", st.RevalidationDropped-before.RevalidationDropped, st.HotEntries)
+	}
+	if res := mustGet(t, b, "p1", src); string(res.Value) != want {
+		t.Fatalf("after the revalidation b read %q from %v, want %q", res.Value, res.Source, want)
+	}
+	if res := mustGet(t, b, "p2", src); res.Source != holdfast.SourceHot {
+		t.Fatalf("p2 from %v after the revalidation, want its kept hot copy", res.Source)
+	}
+}
+
+// Another process's invalidation demotes this one's last-known-good copy:
+// no longer served as current while the shared tier is down, still served
+// when the source fails too (stale-if-error).
+func TestInvalidationHeardDemotesLastKnownGood(t *testing.T) {
+	shared := inmem.New(nil)
+	src := &source{}
+	p := hotEverywhere
+	p.Hot.Disabled = true
+	a := newListeningNS(t, holdfast.Options{Shared: shared}, p)
+	b := newListeningNS(t, holdfast.Options{Shared: shared}, p)
+	for _, k := range []string{"p1", "p2"} {
+		mustGet(t, b, k, src)
+		settle(t, b, k)
+		src.update(k)
+	}
+	if err := a.Invalidate(context.Background(), "p1", "p2"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to hear both", func() bool { return b.Stats().InvalidationsApplied == 2 })
+	shared.Fail(inmem.ErrInjected)
+	if res := mustGet(t, b, "p1", src); string(res.Value) != "p1@1" {
+		t.Fatalf("shared tier down, source up: %q from %v, want the update p1@1", res.Value, res.Source)
+	}
+	src.fail(errors.New("db down"))
+	res, err := b.Get(context.Background(), "p2", src)
+	if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "p2@0" {
+		t.Fatalf("shared tier and source down: %q from %v (%v), want the demoted p2@0 stale-on-error", res.Value, res.Source, err)
+	}
+}
+
+// A process started while others run fills its hot tier from the shared hot
+// set before its first read.
+func TestWarmStartFromTheSharedHotSet(t *testing.T) {
+	shared := inmem.New(nil)
+	src := &source{}
+	p := holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Threshold: 50, HalfLife: time.Second, Share: true}}
+	opts := holdfast.Options{Shared: shared, HotShareInterval: 20 * time.Millisecond}
+	a := newListeningNS(t, opts, p)
+	for range 2000 {
+		mustGet(t, a, "viral", src)
+	}
+	settle(t, a, "viral")
+	eventually(t, "a to publish its hot key", func() bool { return a.Stats().SharedHotKeys == 1 })
+
+	b := newListeningNS(t, opts, p)
+	eventually(t, "b's warm start", func() bool { return b.Stats().WarmStartKeys == 1 })
+	if res := mustGet(t, b, "viral", src); res.Source != holdfast.SourceHot || string(res.Value) != "viral@0" {
+		t.Fatalf("b's first read: %q from %v, want viral@0 from the hot tier", res.Value, res.Source)
+	}
+	if st := b.Stats(); st.WarmStartBytes == 0 || st.Loads != 0 {
+		t.Fatalf("warm start bytes %d, loads %d", st.WarmStartBytes, st.Loads)
+	}
+	p.Hot.NoWarmStart = true
+	c := newListeningNS(t, opts, p)
+	time.Sleep(50 * time.Millisecond)
+	if res := mustGet(t, c, "viral", src); res.Source == holdfast.SourceHot {
+		t.Fatal("NoWarmStart: the first read came from the hot tier")
+	}
+}
+
+// newListeningNS is newNS on a new Cache that hears its tier's stream: a
+// process started moments before an announcement may miss it (and
+// revalidates what it holds when it first hears the stream).
+func newListeningNS(t *testing.T, opts holdfast.Options, p holdfast.Policy) *holdfast.Namespace {
+	t.Helper()
+	c := newCache(t, opts)
+	eventually(t, "the stream to be heard", func() bool { return c.Stream().Heard })
+	return newNS(t, c, "product", p)
+}
