@@ -24,12 +24,14 @@ import (
 //     READONLY, PING, CLIENT SETINFO: @connection); and, for a Cluster,
 //     the slot map and the readiness polls: CLUSTER SLOTS and SHARDS (one
 //     or the other, by server version), INFO; and TIME, which the shared
-//     hot-key set's script asks for (the server's clock decides expiry).
+//     hot-key set's script asks for (the server's clock decides expiry);
+//   - the invalidation stream: PUBLISH (from the invalidation script) and
+//     SUBSCRIBE on channels under the prefix: +publish +subscribe &prefix*.
 //
 // aclUser returns that user's rules.
 func aclUser(name, password, prefix string) string {
 	return name + " on >" + password + " ~" + prefix + "* ~{" + prefix + "* resetchannels" +
-		" -@all +@read +@write +@scripting +@connection +info +time +cluster|slots +cluster|shards"
+		" -@all +@read +@write +@scripting +@connection +info +time +cluster|slots +cluster|shards +publish +subscribe &" + prefix + "*"
 }
 
 const (

@@ -77,8 +77,11 @@ type failureLog struct {
 // failed logs err if it is a configuration error and the last line is
 // failureLogInterval old; otherwise it only counts it. A nil failureLog
 // (a Tier made by hand in a test) logs nothing.
-func (l *failureLog) failed(err error) {
-	kind := configErrorKind(err)
+func (l *failureLog) failed(err error) { l.failedAs(configErrorKind(err), err) }
+
+// failedAs is failed for an error already known to be of kind ("" when it
+// is not a configuration error).
+func (l *failureLog) failedAs(kind string, err error) {
 	if kind == "" || l == nil {
 		return
 	}

@@ -53,16 +53,25 @@ elseif v ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1`)
-	// KEYS: value, version, registry of copies. ARGV: version TTL in ms.
-	// Returns the new version and the copies the registry names, whose
-	// deletion the caller sends next (smear.go). The registry is left to
-	// its TTL: an invalidation repeated after a lost reply or a copy it
-	// could not delete must find the same names again.
+	// KEYS: value, version, registry of copies. ARGV: version TTL in ms,
+	// the stream's channel and the announcement (stream.go). Returns the
+	// new version and the copies the registry names, whose deletion the
+	// caller sends next (smear.go). The registry is left to its TTL: an
+	// invalidation repeated after a lost reply or a copy it could not
+	// delete must find the same names again. The announcement goes out
+	// with the version bump, atomically: no process hears of an
+	// invalidation that did not happen, and none happens unannounced. A
+	// PUBLISH the server refuses (an ACL without the channel) is returned
+	// as the third value, not raised: the invalidation itself took place,
+	// and must not be retried for ever; the refusal is logged.
 	invalidateScript = newScript(`
 redis.call('DEL', KEYS[1])
 local v = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
-return {v, redis.call('SMEMBERS', KEYS[3])}`)
+local p = redis.pcall('PUBLISH', ARGV[2], ARGV[3])
+local perr = ''
+if type(p) == 'table' and p.err then perr = p.err end
+return {v, redis.call('SMEMBERS', KEYS[3]), perr}`)
 	// KEYS: lease. ARGV: token.
 	releaseScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -147,6 +156,7 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	cmds := make([]command, 0, len(keys))
 	names := make([]string, 0, len(keys))
 	ttl := strconv.FormatInt(versionTTL.Milliseconds(), 10)
+	at, origin := t.opts.Clock.Now(), tier.Origin(ctx)
 	for _, k := range keys {
 		full, err := t.fullKey(k)
 		var vk, rk string
@@ -159,7 +169,8 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", k, err))
 			continue
 		}
-		cmds = append(cmds, invalidateScript.call([]string{full, vk, rk}, ttl))
+		msg := string(appendAnnouncement(nil, k, at, origin))
+		cmds = append(cmds, invalidateScript.call([]string{full, vk, rk}, ttl, t.opts.Stream.Channel, msg))
 		names = append(names, k)
 	}
 	if len(cmds) == 0 {
@@ -175,7 +186,7 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	}
 	var smeared []registry
 	for i, r := range results {
-		reg, err := invalidated(r)
+		reg, err := t.invalidated(r)
 		if err != nil {
 			countFailure(err, &c.deleteErrors, &c.delBypassed, 1)
 			errs = append(errs, fmt.Errorf("redis tier invalidate %q: %w", names[i], err))
@@ -194,10 +205,10 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 }
 
 // invalidated parses invalidateScript's reply.
-func invalidated(r rueidis.RedisResult) (registry, error) {
+func (t *Tier) invalidated(r rueidis.RedisResult) (registry, error) {
 	arr, err := r.ToArray()
-	if err == nil && len(arr) != 2 {
-		err = fmt.Errorf("invalidation answered %d values, want 2", len(arr))
+	if err == nil && len(arr) != 3 {
+		err = fmt.Errorf("invalidation answered %d values, want 3", len(arr))
 	}
 	if err != nil {
 		return registry{}, err
@@ -205,6 +216,10 @@ func invalidated(r rueidis.RedisResult) (registry, error) {
 	var reg registry
 	if reg.ver, err = arr[0].AsInt64(); err == nil {
 		reg.copies, err = arr[1].AsStrSlice()
+	}
+	if perr, _ := arr[2].ToString(); perr != "" {
+		t.stats.streamRefused.add(1)
+		t.flog.failedAs("permission", fmt.Errorf("announcing an invalidation on channel %q (grant the user the channel, e.g. &%s*, and +publish +subscribe): %s", t.opts.Stream.Channel, t.opts.KeyPrefix, perr))
 	}
 	return reg, err
 }

@@ -44,7 +44,15 @@ func newCacheOn(t *testing.T, o Options, p holdfast.Policy, wrap func(tier.Tier)
 	if wrap != nil {
 		tr = wrap(tr)
 	}
-	c, err := holdfast.New(holdfast.Options{Shared: tr, MaxConcurrentLoads: 64, Logger: quiet})
+	_, ns := newProcess(t, holdfast.Options{Shared: tr, MaxConcurrentLoads: 64, Logger: quiet}, p)
+	return ns
+}
+
+// newProcess is a Cache with opts, closed by the test's cleanup, and its
+// namespace "product" with policy p.
+func newProcess(t *testing.T, opts holdfast.Options, p holdfast.Policy) (*holdfast.Cache, *holdfast.Namespace) {
+	t.Helper()
+	c, err := holdfast.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +61,7 @@ func newCacheOn(t *testing.T, o Options, p holdfast.Policy, wrap func(tier.Tier)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ns
+	return c, ns
 }
 
 func TestCoordinatorPrimitives(t *testing.T) {

@@ -210,7 +210,7 @@ func TestInvalidationRepeatedAfterLostReply(t *testing.T) {
 	}
 	// The script alone, as if its reply had been lost on the way back.
 	vk, rk := "{"+full+"}:v", "{"+full+"}:c"
-	lost := rc.Do(ctx, rc.B().Eval().Script(invalidateScript.body).Numkeys(3).Key(full, vk, rk).Arg("3600000").Build())
+	lost := rc.Do(ctx, rc.B().Eval().Script(invalidateScript.body).Numkeys(3).Key(full, vk, rk).Arg("3600000", tr.opts.Stream.Channel, string(appendAnnouncement(nil, key, time.Now(), ""))).Build())
 	if err := lost.Error(); err != nil {
 		t.Fatalf("the invalidation script: %v", err)
 	}

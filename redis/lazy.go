@@ -25,8 +25,9 @@ type Lazy struct {
 }
 
 var (
-	_ tier.Smearer   = (*Lazy)(nil)
-	_ tier.HotSharer = (*Lazy)(nil)
+	_ tier.Smearer            = (*Lazy)(nil)
+	_ tier.HotSharer          = (*Lazy)(nil)
+	_ tier.InvalidationStream = (*Lazy)(nil)
 )
 
 // NewLazy validates opts and starts connecting in the background, retrying
@@ -160,6 +161,31 @@ func (l *Lazy) Release(ctx context.Context, key, token string) error {
 		return t.Release(ctx, key, token)
 	}
 	return errNotConnected
+}
+
+// Listen implements tier.InvalidationStream: nothing is heard until
+// connected (the Cache treats that as a gap), then the Tier's stream.
+func (l *Lazy) Listen(ctx context.Context, ls tier.Listener) {
+	for {
+		if t := l.tier.Load(); t != nil {
+			t.Listen(ctx, ls)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.done:
+		case <-time.After(50 * time.Millisecond):
+		}
+		if l.tier.Load() == nil {
+			select {
+			case <-l.stop:
+				<-ctx.Done()
+				return
+			default:
+			}
+		}
+	}
 }
 
 // Close stops connecting and closes the Tier if it connected.

@@ -26,15 +26,7 @@ func TestLeaseOfAProcessWhoseOtherPrimaryFroze(t *testing.T) {
 	p := holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true}}
 	open := func() (*Tier, *holdfast.Namespace) {
 		tr := newTier(t, Options{Addrs: cl.Addrs()})
-		c, err := holdfast.New(holdfast.Options{Shared: tr, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		ns, err := c.Namespace("product", p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, ns := newProcess(t, holdfast.Options{Shared: tr, Logger: quiet}, p)
 		return tr, ns
 	}
 	trA, a := open()

@@ -185,24 +185,44 @@ func (s *nodeSet) newNode(addr string) *node {
 // and, when readonly is set, send READONLY.
 func (s *nodeSet) nodeClient(n *node, readonly bool) rueidis.Client {
 	o := s.t.opts
+	co := singleNodeOption(o, n.addr)
+	co.AlwaysPipelining = true
+	co.PipelineMultiplex = -1 // one connection per node, as rueidis's Cluster client
+	co.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password, readonly)
+	}
+	c, _ := rueidis.NewClient(co)
+	return c
+}
+
+// singleNodeOption is the options of a client of addr alone, with o's
+// credentials and timeouts, and neither rueidis's cache nor its retries.
+func singleNodeOption(o Options, addr string) rueidis.ClientOption {
 	co := rueidis.ClientOption{
-		InitAddress:       []string{n.addr},
+		InitAddress:       []string{addr},
 		Username:          o.Username,
 		Password:          o.Password,
 		TLSConfig:         o.TLS,
 		ConnWriteTimeout:  o.PingTimeout,
 		DisableCache:      true,
 		DisableRetry:      true,
-		AlwaysPipelining:  true,
 		ForceSingleClient: true,
-		PipelineMultiplex: -1, // one connection per node, as rueidis's Cluster client
-		DialCtxFn: func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-			return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password, readonly)
-		},
 	}
 	co.Dialer.Timeout = o.DialTimeout
-	c, _ := rueidis.NewClient(co)
-	return c
+	return co
+}
+
+// liveAddrs returns the addresses of the nodes not ejected.
+func (s *nodeSet) liveAddrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.nodes))
+	for addr, n := range s.nodes {
+		if !n.ejected.Load() {
+			out = append(out, addr)
+		}
+	}
+	return out
 }
 
 // close closes n's clients, which makes calls still inside them return.

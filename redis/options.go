@@ -95,6 +95,10 @@ type Options struct {
 	// when the server is a Redis Cluster. See ClusterOptions.
 	Cluster ClusterOptions
 
+	// Stream configures the announcements of invalidations to every
+	// process (stream.go).
+	Stream StreamOptions
+
 	// Clock tells the time to the breaker and the per-node health, as
 	// holdfast.Options.Clock does to the Cache. Default: the system clock;
 	// tests inject a fake.
@@ -268,6 +272,21 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
+// StreamOptions configures the invalidation stream: every Invalidate
+// publishes its keys on Channel, and every process listening hears them
+// and drops its in-memory copies. The zero value means the defaults.
+type StreamOptions struct {
+	// Channel is the pub/sub channel of the announcements. Every process
+	// sharing a key space must use the same one. Default KeyPrefix +
+	// "holdfast:invalidations".
+	Channel string
+	// Heartbeat is how often a listening process publishes a heartbeat on
+	// a channel of its own, to know that the stream delivers: one overdue
+	// by five intervals is reported as a possible loss, and the process
+	// subscribes again elsewhere. Default 100 ms.
+	Heartbeat time.Duration
+}
+
 // Defaults of Options.
 const (
 	DefaultReadBudget     = 50 * time.Millisecond
@@ -276,6 +295,7 @@ const (
 	DefaultPingTimeout    = time.Second
 	DefaultMaxKeyBytes    = 1 << 10
 	DefaultMaxStoredBytes = 1<<20 + tier.HeaderSize
+	DefaultHeartbeat      = 100 * time.Millisecond
 )
 
 // withDefaults validates o and returns a copy with the defaults filled in.
@@ -317,6 +337,15 @@ func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
 	if strings.ContainsAny(o.KeyPrefix, "{}") {
 		// A hash tag in the prefix would put every key in one Cluster slot.
 		return o, breaker.Settings{}, fmt.Errorf("redis tier: KeyPrefix %q contains a hash tag brace", o.KeyPrefix)
+	}
+	if o.Stream.Heartbeat < 0 {
+		return o, breaker.Settings{}, errors.New("redis tier: negative Stream.Heartbeat")
+	}
+	if o.Stream.Heartbeat == 0 {
+		o.Stream.Heartbeat = DefaultHeartbeat
+	}
+	if o.Stream.Channel == "" {
+		o.Stream.Channel = o.KeyPrefix + "holdfast:invalidations"
 	}
 	if o.Clock == nil {
 		o.Clock = systemClock{}

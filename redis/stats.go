@@ -42,6 +42,11 @@ type Stats struct {
 	CopyFills     uint64 // copies filled from their key after a copy read missed
 	CopyDeletes   uint64 // copies deleted by Invalidate, hot or not
 
+	StreamHeard   uint64 // invalidation announcements heard (stream.go)
+	StreamCorrupt uint64 // messages on the stream's channel that were not announcements; ignored
+	StreamLosses  uint64 // subscriptions that broke or whose heartbeat was overdue, each reported as a possible loss
+	StreamRefused uint64 // announcements the server refused (an ACL without the channel); the invalidations themselves took place
+
 	BreakerState       BreakerState
 	BreakerTransitions uint64 // breaker state changes
 	BreakerOpens       uint64 // times the breaker opened
@@ -64,6 +69,7 @@ type counters struct {
 	sets, setErrors, setBypassed                                 counter
 	deletes, deleteErrors, delBypassed, tooLarge                 counter
 	copyReads, copyFallbacks, copyWrites, copyFills, copyDeletes counter
+	streamHeard, streamCorrupt, streamLosses, streamRefused      counter
 }
 
 // Stats returns a snapshot of the counters. The fields are read one by one,
@@ -90,6 +96,10 @@ func (t *Tier) Stats() Stats {
 		CopyWrites:         c.copyWrites.load(),
 		CopyFills:          c.copyFills.load(),
 		CopyDeletes:        c.copyDeletes.load(),
+		StreamHeard:        c.streamHeard.load(),
+		StreamCorrupt:      c.streamCorrupt.load(),
+		StreamLosses:       c.streamLosses.load(),
+		StreamRefused:      c.streamRefused.load(),
 		BreakerState:       bc.State,
 		BreakerTransitions: bc.Transitions,
 		BreakerOpens:       bc.Opens,

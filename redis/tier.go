@@ -37,6 +37,9 @@ type Tier struct {
 	// filling holds the copy keys being filled now (smear.go).
 	filling sync.Map
 
+	// streamID names this tier's heartbeat channel (stream.go).
+	streamID string
+
 	// mu orders guard goroutines' wg.Add before Close's wg.Wait.
 	mu sync.RWMutex
 	wg sync.WaitGroup
@@ -98,11 +101,12 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 		return nil, connectError(o.Addrs, err)
 	}
 	t := &Tier{
-		client:  client,
-		opts:    o,
-		cluster: client.Mode() == rueidis.ClientModeCluster,
-		br:      br,
-		flog:    flog,
+		client:   client,
+		opts:     o,
+		cluster:  client.Mode() == rueidis.ClientModeCluster,
+		br:       br,
+		flog:     flog,
+		streamID: newStreamID(),
 	}
 	if t.cluster && !o.Cluster.Disabled {
 		if t.nodes, err = newNodeSet(t); err != nil {

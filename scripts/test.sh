@@ -68,12 +68,15 @@ tests=()
 for mod in "${modules[@]}"; do [ "$mod" = ./bench ] || tests+=("$mod/..."); done
 go test -race -count=1 -timeout 12m "${tests[@]}"
 
-step "envelope decoder fuzzing (short)"
+step "decoder fuzzing (short): envelopes, stream announcements"
 # A count, not a duration: with a duration Go's fuzzing coordinator can fail
 # the run with a bare "context deadline exceeded" when a worker on a busy
 # machine is mid-call as the time runs out (no input found, nothing to
 # reproduce). 300,000 executions take about 5 s here when idle.
 go test -run '^$' -fuzz '^FuzzDecodeEntry$' -fuzztime 300000x ./tier
+# The invalidation stream's messages come off a pub/sub channel anyone with
+# access to the server can publish on.
+go test -run '^$' -fuzz '^FuzzDecodeAnnouncement$' -fuzztime 300000x ./redis
 
 step "bench module: tests, and every benchmark once"
 # -short: a benchmark whose figure is invalid on a machine this busy (the

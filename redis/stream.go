@@ -1,0 +1,220 @@
+package redis
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/holdfast-dev/holdfast/tier"
+)
+
+// The Tier is a tier.InvalidationStream: the script that invalidates a key
+// also PUBLISHes its announcement, atomically with the version bump, on the
+// channel StreamOptions.Channel; every process SUBSCRIBEs to it on one node
+// and hands what it hears to its Cache, which drops its in-memory copies.
+//
+// Why pub/sub in a script, and not the server-assisted client-side caching
+// of RESP3 (CLIENT TRACKING): tracking announces every change of a key,
+// and the Cache's own writes change them all the time (every load, refresh
+// and smeared copy is a SET), so each refill anywhere would drop every
+// process's hot copy of the key; it announces expiries too; it is per
+// connection and per node, so in a Cluster it must be armed on a connection
+// to every primary and re-armed after every reconnect, failover and slot
+// move, and a connection that breaks loses what was in flight without a
+// trace (clients then flush everything, which during an outage sends every
+// read to the database); and some managed services refuse it. An
+// announcement made by the invalidation itself is sent exactly when a key
+// is invalidated, costs one message, and needs no per-node state.
+//
+// In a Cluster, a classic PUBLISH reaches every node over the cluster bus,
+// so a process listens on any one node, and moves to another when that one
+// fails. What cannot be seen is a message lost on its way: so every
+// Heartbeat each process publishes a heartbeat on a channel of its own
+// (through the tier's client, which spreads keyless commands over the
+// nodes), and hearing its own heartbeat come back is how it knows the
+// stream delivers (tier.Listener.Heard). A heartbeat overdue by
+// LostAfterHeartbeats intervals, or a broken subscription, is reported as
+// a loss (Listener.Lost), and the process subscribes again, on another
+// node; its Cache then checks what it holds against the shared tier.
+
+var _ tier.InvalidationStream = (*Tier)(nil)
+
+// lostAfterHeartbeats is how many heartbeat intervals may pass without one
+// before the stream is reported lost.
+const lostAfterHeartbeats = 5
+
+// Stream reconnects back off from streamBackoff, doubling, to
+// maxStreamBackoff.
+const (
+	streamBackoff    = 50 * time.Millisecond
+	maxStreamBackoff = 2 * time.Second
+)
+
+// announcementMagic starts every announcement, to tell it from any other
+// message a channel might carry.
+const announcementMagic = "hf1"
+
+// appendAnnouncement encodes an announcement: the magic, the origin's
+// length (one byte) and bytes, the time in Unix nanoseconds (8 bytes, big
+// endian), and the key (the rest).
+func appendAnnouncement(b []byte, key string, at time.Time, origin string) []byte {
+	if len(origin) > 255 {
+		origin = origin[:255]
+	}
+	b = append(b, announcementMagic...)
+	b = append(b, byte(len(origin)))
+	b = append(b, origin...)
+	b = binary.BigEndian.AppendUint64(b, uint64(at.UnixNano()))
+	return append(b, key...)
+}
+
+var errNotAnnouncement = errors.New("redis tier: not an invalidation announcement")
+
+// decodeAnnouncement decodes what appendAnnouncement encoded; any other
+// bytes are an error.
+func decodeAnnouncement(msg string) (key string, at time.Time, origin string, err error) {
+	if len(msg) < len(announcementMagic)+1 || msg[:len(announcementMagic)] != announcementMagic {
+		return "", time.Time{}, "", errNotAnnouncement
+	}
+	rest := msg[len(announcementMagic):]
+	n := int(rest[0])
+	rest = rest[1:]
+	if len(rest) < n+8 {
+		return "", time.Time{}, "", errNotAnnouncement
+	}
+	origin, rest = rest[:n], rest[n:]
+	at = time.Unix(0, int64(binary.BigEndian.Uint64([]byte(rest[:8]))))
+	return rest[8:], at, origin, nil
+}
+
+// streamID names this tier's heartbeat channel.
+func newStreamID() string {
+	var b [12]byte
+	crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Listen implements tier.InvalidationStream.
+func (t *Tier) Listen(ctx context.Context, l tier.Listener) {
+	var mu sync.Mutex // the Listener's events one at a time
+	call := func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		f()
+	}
+	hb := t.opts.Stream.Channel + ":hb:" + t.streamID
+	wait := streamBackoff
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if t.listenOnce(ctx, t.streamAddr(attempt), hb, l, call) {
+			wait = streamBackoff
+		}
+		call(l.Lost)
+		t.stats.streamLosses.add(1)
+		timer := time.NewTimer(time.Duration(rand.Int64N(int64(wait))) + wait/2)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+		wait = min(2*wait, maxStreamBackoff)
+	}
+}
+
+// listenOnce subscribes on addr and delivers until the subscription breaks,
+// the heartbeat is overdue or ctx ends. It reports whether it heard the
+// stream at all.
+func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener, call func(func())) (heard bool) {
+	sub := t.subscriber(addr)
+	if sub == nil {
+		return false
+	}
+	defer sub.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var last atomic.Int64 // when a heartbeat last came back
+	start := time.Now()
+	last.Store(start.UnixNano())
+	var gotOne atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		cmd := sub.B().Subscribe().Channel(t.opts.Stream.Channel, hb).Build()
+		err := sub.Receive(sctx, cmd, func(m rueidis.PubSubMessage) {
+			if m.Channel == hb {
+				last.Store(time.Now().UnixNano())
+				gotOne.Store(true)
+				call(l.Heard)
+				return
+			}
+			key, at, origin, err := decodeAnnouncement(m.Message)
+			if err != nil {
+				t.stats.streamCorrupt.add(1)
+				return
+			}
+			t.stats.streamHeard.add(1)
+			call(func() { l.Invalidated(key, at, origin) })
+		})
+		t.flog.failed(err) // a refused SUBSCRIBE (an ACL without the channel)
+		done <- err
+	}()
+	every := t.opts.Stream.Heartbeat
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-done
+			return gotOne.Load()
+		case <-done:
+			return gotOne.Load()
+		case now := <-tick.C:
+			if now.UnixNano()-last.Load() > int64(lostAfterHeartbeats*every) {
+				cancel()
+				<-done
+				return gotOne.Load()
+			}
+			t.heartbeat(ctx, hb, now)
+		}
+	}
+}
+
+// heartbeat publishes one heartbeat on hb, bounded by WriteTimeout. In a
+// Cluster the client sends it to a node of its choice: the heartbeats of
+// a process cross the cluster bus from every node in turn.
+func (t *Tier) heartbeat(ctx context.Context, hb string, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
+	defer cancel()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(now.UnixNano()))
+	_ = t.client.Do(ctx, t.client.B().Publish().Channel(hb).Message(string(b[:])).Build()).Error()
+}
+
+// streamAddr is the node the attempt-th subscription goes to: any node of
+// a Cluster not ejected (the bus brings every message to each), at random;
+// the server of a standalone one.
+func (t *Tier) streamAddr(attempt int) string {
+	if t.nodes != nil {
+		if addrs := t.nodes.liveAddrs(); len(addrs) > 0 {
+			return addrs[rand.IntN(len(addrs))]
+		}
+	}
+	return t.opts.Addrs[attempt%len(t.opts.Addrs)]
+}
+
+// subscriber is a client of addr's alone for one subscription, or nil when
+// one cannot be made.
+func (t *Tier) subscriber(addr string) rueidis.Client {
+	c, err := rueidis.NewClient(singleNodeOption(t.opts, addr))
+	if err != nil {
+		return nil
+	}
+	return c
+}
