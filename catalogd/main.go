@@ -27,6 +27,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -154,7 +155,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", "", "PEM file of the CA that signed Redis's certificate; implies -redis-tls")
 	fs.StringVar(&c.RedisTLSServer, "redis-tls-server-name", "", "name Redis's certificate must carry, when it is not the host in -redis; implies -redis-tls")
 	fs.IntVar(&c.MaxLoads, "max-loads", 0, "database loads on cache misses allowed at once per process; over it a miss gets a stale value or 503 (0: 4 × GOMAXPROCS)")
-	fs.DurationVar(&c.HotTTL, "hot-ttl", 10*time.Second, "with -redis: how long a value stays in the in-process hot tier, which bounds how long other instances serve a product after an update")
+	fs.DurationVar(&c.HotTTL, "hot-ttl", 0, "with -redis: how long a value stays in the in-process hot tier (0: holdfast's default, 1 min); an update on another instance reaches it through Redis within milliseconds, so this bounds staleness only while that stream is down")
 	fs.DurationVar(&c.Policies.Product.TTL, "product-ttl", d.Product.TTL, "product info: time to live")
 	fs.DurationVar(&c.Policies.Product.StaleIfError, "product-stale-if-error", d.Product.StaleIfError, "product info: how long past its TTL a value may be served when fresh data cannot be had (database failing, load limit reached)")
 	fs.DurationVar(&c.Policies.Stock.TTL, "stock-ttl", d.Stock.TTL, "stock: time to live")
@@ -322,7 +323,7 @@ func (m *Main) Run(ctx context.Context) error {
 		if err := m.tier.WaitConnected(wctx); err != nil {
 			log.Warn("Redis not connected yet; serving from in-process tiers and the database, connecting in the background", "addrs", addrs)
 		} else {
-			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", hotTTL,
+			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", cmp.Or(hotTTL, holdfast.DefaultHotTTL),
 				"tls", tlsConfig != nil, "auth", c.RedisPassword != "")
 		}
 		cancel()
@@ -365,8 +366,8 @@ func (m *Main) Run(ctx context.Context) error {
 
 	p := c.Policies
 	for _, pol := range []*holdfast.Policy{&p.Product, &p.Stock, &p.List, &p.Search} {
-		pol.Hot.TTL = hotTTL
-		if hotTTL == 0 {
+		pol.Hot.TTL = hotTTL // 0 with -redis: holdfast's default
+		if shared == nil {
 			pol.Hot.TTL = pol.TTL // capped at the soft time by holdfast
 		}
 	}

@@ -16,25 +16,29 @@
 // # What a write invalidates, and how stale the rest may be
 //
 // Invalidation drops one key from this process's hot tier and last-known-good
-// store and from the shared tier (Redis). It cannot reach the hot tiers of
-// other instances, which keep their copies for at most the namespace's
-// Hot.TTL, and never past the value's soft time. Another instance's load
-// that read the old row before the write cannot put it into Redis after the
-// invalidation: holdfast writes with the key's version read before the load,
-// and the invalidation bumped it (tier.Coordinator). The bounds below
-// are for the defaults (DefaultPolicies; catalogd's -hot-ttl 10 s with
-// -redis).
+// store and from the shared tier (Redis), and Redis announces it to every
+// other instance, which drops its own copies as it hears it: within a few
+// milliseconds. While an instance cannot hear the announcements (Redis
+// frozen or unreachable from it), it serves its hot copies for at most
+// Hot.MaxUnheard (15 s) after it last heard them, and never past Hot.TTL or
+// the value's soft time; when it hears again, it checks what it holds
+// against Redis. Another instance's load that read the old row before the
+// write cannot put it into Redis after the invalidation: holdfast writes
+// with the key's version read before the load, and the invalidation bumped
+// it (tier.Coordinator). The bounds below are for the defaults
+// (DefaultPolicies, with -redis).
 //
 //   - PUT /v1/products/{id} invalidates product info of that id (namespace
 //     "product", key "<id>"). The writing instance's next read loads the new
-//     value. Another instance sharing the Redis serves its hot copy for at
-//     most Hot.TTL (10 s), then loads. Without Redis, each instance keeps its
-//     copy until its TTL (30 min): run several instances with Redis.
+//     value; the others' within milliseconds (at most 15 s while they
+//     cannot hear Redis). Without Redis, each instance keeps its copy until
+//     its TTL (30 min): run several instances with Redis.
 //   - POST /v1/products/{id}/reserve invalidates stock of that id (namespace
 //     "stock"), also when the reservation failed for lack of stock. Other
-//     instances show the old figure for at most min(Hot.TTL, stock SoftTTL)
-//     = 3 s. The figure shown is a hint either way: only the database
-//     decides whether a reservation succeeds.
+//     instances show the old figure for milliseconds, and for at most the
+//     stock SoftTTL (3 s) while they cannot hear Redis. The figure shown is
+//     a hint either way: only the database decides whether a reservation
+//     succeeds.
 //   - Not invalidated, because the keys that hold a product cannot be
 //     enumerated (any page of any category and sort, any prefix of its name
 //     or code): list pages (namespace "list") may show a product's old name,
