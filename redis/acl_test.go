@@ -287,3 +287,56 @@ func exerciseACL(t *testing.T, nodes []*redistest.Server, cluster bool) {
 		}
 	}
 }
+
+// TestACLWithoutTheStreamChannel: a user granted the keys but not the
+// stream's channel still invalidates (the announcement is refused and
+// logged, the version bumped and the value gone), and its refused
+// subscription is logged too.
+func TestACLWithoutTheStreamChannel(t *testing.T) {
+	rules := "holdfast on >" + aclPassword + " ~" + aclPrefix + "* ~{" + aclPrefix + "* resetchannels" +
+		" -@all +@read +@write +@scripting +@connection +info +time"
+	srv := redistest.Standalone(t, redistest.Options{Access: redistest.Access{Password: aclAdminPassword, Users: []string{rules}}})
+	ctx := ctxT(t, 30*time.Second)
+	logs, logger := newLogBuffer()
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Username: "holdfast", Password: aclPassword, KeyPrefix: aclPrefix, Logger: logger})
+	if err := tr.Set(ctx, tier.Item{Key: "product:1", Value: []byte("one"), TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Invalidate(ctx, "product:1"); err != nil {
+		t.Fatalf("Invalidate with the channel refused: %v (the invalidation itself is allowed)", err)
+	}
+	if _, ok, err := tr.Get(ctx, "product:1"); err != nil || ok {
+		t.Fatalf("after Invalidate: found %v, %v", ok, err)
+	}
+	if v, err := tr.Version(ctx, "product:1"); err != nil || v != 1 {
+		t.Fatalf("version %d, %v; want 1", v, err)
+	}
+	if st := tr.Stats(); st.StreamRefused != 1 {
+		t.Fatalf("StreamRefused %d, want 1", st.StreamRefused)
+	}
+	if l := logs.lines("announcing an invalidation"); len(l) != 1 {
+		t.Fatalf("%d log lines of the refused announcement, want 1:\n%s", len(l), l)
+	}
+	// Another process, whose log has not had its line this minute yet.
+	logs2, logger2 := newLogBuffer()
+	tr2 := newTier(t, Options{Addrs: []string{srv.Addr()}, Username: "holdfast", Password: aclPassword, KeyPrefix: aclPrefix, Logger: logger2})
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); tr2.Listen(lctx, nopListener{}) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(logs2.lines("permission failed")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the refused SUBSCRIBE was not logged:\n%s", logs2.lines(""))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	t.Logf("logged: %s", logs2.lines("permission failed"))
+}
+
+type nopListener struct{}
+
+func (nopListener) Invalidated(string, time.Time, string) {}
+func (nopListener) Heard()                                {}
+func (nopListener) Lost()                                 {}
