@@ -219,19 +219,25 @@ func (n *Namespace) revalidateBatch(ctx context.Context, keys []string, origins 
 		n.countTierError(err, evSharedError)
 		return false
 	}
-	n.ctr.add(evRevalidated, uint64(len(keys)))
+	complete := true
 	for i, l := range ls {
-		if l.Err != nil {
+		switch {
+		case l.Err != nil:
+			// Not known: kept, and checked again at the next try.
 			n.countTierError(l.Err, evSharedError)
-		} else if l.Found {
+			complete = false
+			continue
+		case l.Found:
 			if m, err := decodeMeta(l.Value); err == nil && m.origin == origins[i] {
+				n.ctr.inc(evRevalidated)
 				continue
 			}
 		}
+		n.ctr.inc(evRevalidated)
 		n.hot.Delete(keys[i])
 		n.ctr.inc(evRevalidationDropped)
 	}
-	return true
+	return complete
 }
 
 // warmStart fills the hot tier of a namespace that shares hot keys with the

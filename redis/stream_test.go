@@ -167,6 +167,10 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	get(t, reader, "p2", src)
 	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src).Source == holdfast.SourceHot })
 	waitUntil(t, 5*time.Second, "p2 hot", func() bool { return get(t, reader, "p2", src).Source == holdfast.SourceHot })
+	probe := newTier(t, o)
+	for _, k := range []string{"product:p1", "product:p2"} {
+		waitUntil(t, 5*time.Second, k+" in Redis", func() bool { _, ok, _ := probe.Get(context.Background(), k); return ok })
+	}
 
 	srv.Freeze()
 	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !rc.Stream().Heard })
@@ -191,7 +195,7 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	}
 	waitUntil(t, 5*time.Second, "the revalidation", func() bool { return reader.Stats().Revalidated > 0 })
 	if res := get(t, reader, "p2", src); res.Source != holdfast.SourceHot {
-		t.Fatalf("p2, unchanged, from %v after the revalidation: want its hot copy kept", res.Source)
+		t.Fatalf("p2, unchanged, from %v after the revalidation: want its hot copy kept (%+v)", res.Source, reader.Stats())
 	}
 }
 
