@@ -125,6 +125,8 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	lctx, cancel := context.WithTimeout(ctx, n.p.LoadTimeout)
 	defer cancel()
 	defer context.AfterFunc(n.c.ctx, cancel)()
+	lts := &lifetimes{keys: keys}
+	lctx = context.WithValue(lctx, lifetimesKey{}, lts)
 	start := n.c.clock.Now()
 	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return src.load(ctx, keys) }, release)
 	lo := n.loadOutcome(lctx, start, err)
@@ -134,6 +136,9 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	for i, j := range toLoad {
 		klo := lo
 		klo.ver = j.ver
+		if lt, ok := lts.lifetimeOf(j.key); ok {
+			klo.lifetime = &lt
+		}
 		if err == nil {
 			klo.val = ans.vals[i]
 			if ans.errs != nil {
@@ -166,6 +171,8 @@ type loadResult struct {
 	start time.Time     // when the call began: the value's origin
 	cost  time.Duration // how long it took
 	ver   version       // the key's version read before the call
+	// lifetime is what the loader set for the key (SetLifetime), or nil.
+	lifetime *Lifetime
 }
 
 // loadOutcome is what a loader call left: its error (a LoadTimeout that
@@ -197,13 +204,13 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 			t := start.UnixNano()
 			return outcome{Result{Value: val, Source: SourceLoaded, origin: t, soft: t, hard: t}, nil}, nil
 		}
-		m = n.newEntry(val, start.UnixNano(), cost, false)
+		m = n.newEntry(val, start.UnixNano(), cost, false, lo.lifetime)
 		if lo.ver.known {
 			m.ver = lo.ver.v + 1
 		}
 	case isNotFound(err):
 		n.ctr.inc(evLoadNotFound)
-		m = n.newEntry(nil, start.UnixNano(), cost, true)
+		m = n.newEntry(nil, start.UnixNano(), cost, true, nil)
 	default:
 		n.ctr.inc(evLoadError)
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -70,6 +70,9 @@ type Stats struct {
 	WarmStartKeys        uint64 // keys the warm start put in the hot tier (Hot.Share)
 	WarmStartBytes       uint64 // their envelopes' bytes
 
+	LifetimesSet     uint64 // loaded values whose loader set their lifetime (SetLifetime)
+	LifetimesClamped uint64 // of those, lifetimes outside Policy.Lifetime, clamped into it
+
 	// Capabilities is what the namespace uses of the shared tier's
 	// capabilities (not a counter).
 	Capabilities Capabilities
@@ -119,6 +122,8 @@ const (
 	evRevalidationDropped
 	evWarmStartKey
 	evWarmStartBytes
+	evLifetimeSet
+	evLifetimeClamped
 	numEvents
 )
 
@@ -216,5 +221,7 @@ func (c *counters) snapshot() Stats {
 		RevalidationDropped:  c.sum(evRevalidationDropped),
 		WarmStartKeys:        c.sum(evWarmStartKey),
 		WarmStartBytes:       c.sum(evWarmStartBytes),
+		LifetimesSet:         c.sum(evLifetimeSet),
+		LifetimesClamped:     c.sum(evLifetimeClamped),
 	}
 }

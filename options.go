@@ -159,6 +159,10 @@ type Policy struct {
 	// MaxKeyBytes refuses keys longer than this with ErrTooLarge. Default
 	// 512 bytes.
 	MaxKeyBytes int
+
+	// Lifetime bounds the lifetimes loaders set for their values
+	// (SetLifetime). Default: from 1 s to TTL.
+	Lifetime LifetimeBounds
 }
 
 // HotPolicy configures a namespace's hot tier: a small in-process tier of
@@ -288,6 +292,7 @@ const (
 	DefaultHotHalfLife        = 2 * time.Second
 	DefaultHotTopK            = 64
 	DefaultHotMaxUnheard      = 15 * time.Second
+	DefaultLifetimeMin        = time.Second
 	DefaultLastKnownGoodBytes = 32 << 20
 	DefaultMaxValueBytes      = 1 << 20
 	DefaultMaxKeyBytes        = 512
@@ -347,6 +352,18 @@ func (p Policy) withDefaults() (Policy, error) {
 	}
 	if p.SoftTTL > p.TTL {
 		bad("SoftTTL %v is longer than TTL %v", p.SoftTTL, p.TTL)
+	}
+	if p.Lifetime.Min < 0 || p.Lifetime.Max < 0 {
+		bad("Lifetime.Min %v or Lifetime.Max %v is negative", p.Lifetime.Min, p.Lifetime.Max)
+	}
+	if p.Lifetime.Min == 0 {
+		p.Lifetime.Min = min(DefaultLifetimeMin, p.TTL)
+	}
+	if p.Lifetime.Max == 0 {
+		p.Lifetime.Max = p.TTL
+	}
+	if p.Lifetime.Min > p.Lifetime.Max {
+		bad("Lifetime.Min %v is longer than Lifetime.Max %v", p.Lifetime.Min, p.Lifetime.Max)
 	}
 	if p.LoadErrorBackoff == 0 {
 		p.LoadErrorBackoff = DefaultLoadErrorBackoff

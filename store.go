@@ -15,13 +15,22 @@ import (
 // so the two budgets together bound the memory from above.
 
 // newEntry builds the envelope for a freshly loaded value.
-func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negative bool) meta {
-	soft, hard := origin+int64(n.p.SoftTTL), origin+int64(n.p.TTL)
+func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negative bool, lt *Lifetime) meta {
+	softTTL, ttl := n.p.SoftTTL, n.p.TTL
+	if lt != nil && !negative {
+		var clamped bool
+		softTTL, ttl, clamped = n.bounded(*lt)
+		n.ctr.inc(evLifetimeSet)
+		if clamped {
+			n.ctr.inc(evLifetimeClamped)
+		}
+	}
+	soft, hard := origin+int64(softTTL), origin+int64(ttl)
 	if negative {
 		soft = origin + int64(n.p.NegativeTTL)
 		hard = soft
 	} else if j := n.p.EarlyRefresh.Jitter; j > 0 {
-		soft -= int64(float64(n.p.SoftTTL) * j * rand.Float64())
+		soft -= int64(float64(softTTL) * j * rand.Float64())
 	}
 	e := tier.Entry{Value: val, Origin: time.Unix(0, origin), Soft: time.Unix(0, soft), Hard: time.Unix(0, hard), LoadCost: cost, Negative: negative}
 	raw := tier.AppendEntry(make([]byte, 0, tier.HeaderSize+len(val)), e)

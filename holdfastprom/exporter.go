@@ -121,6 +121,8 @@ var metrics = []metric{
 	gauge("stream_unheard_seconds", "Seconds since the invalidation stream was last heard; 0 while it is heard.", func(s holdfast.Stats) uint64 { return s.UnheardMillis / 1000 }),
 	counter("warm_start_keys_total", "Keys the warm start put in the hot tier from the shared hot set.", func(s holdfast.Stats) uint64 { return s.WarmStartKeys }),
 	counter("warm_start_bytes_total", "Bytes of the values the warm start put in the hot tier.", func(s holdfast.Stats) uint64 { return s.WarmStartBytes }),
+	counter("lifetimes_set_total", "Loaded values whose loader set their own lifetime (holdfast.SetLifetime).", func(s holdfast.Stats) uint64 { return s.LifetimesSet }),
+	counter("lifetimes_clamped_total", "Loader-set lifetimes outside the namespace's Policy.Lifetime bounds, clamped into them.", func(s holdfast.Stats) uint64 { return s.LifetimesClamped }),
 	gauge("shared_hot_keys", "Keys in the hot set shared by every process, as last fetched (Policy.Hot.Share).", func(s holdfast.Stats) uint64 { return s.SharedHotKeys }),
 	gauge("hot_entries", "Entries in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotEntries }),
 	gauge("hot_bytes", "Memory the hot tier's entries take, as Hot.MaxBytes counts it.", func(s holdfast.Stats) uint64 { return s.HotBytes }),

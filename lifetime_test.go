@@ -1,0 +1,122 @@
+package holdfast_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/inmem"
+	"github.com/holdfast-dev/holdfast/internal/fakeclock"
+	"github.com/holdfast-dev/holdfast/tier"
+)
+
+// A value its loader gives 1 s in a namespace whose TTL is a minute is
+// loaded again after 1 s, whichever tier held it: the hot tier, the shared
+// tier (another process's read) and last-known-good all follow it.
+func TestLoaderSetLifetimeInEveryTier(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Keys: holdfast.HotAll}}
+	a := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
+	b := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
+	var loads atomic.Int64
+	short := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		n := loads.Add(1)
+		if key == "low-stock" && !holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: time.Second}) {
+			t.Error("SetLifetime refused in a loader")
+		}
+		return fmt.Appendf(nil, "v%d", n), nil
+	})
+	mustGet(t, a, "low-stock", short)
+	mustGet(t, a, "plenty", short)
+	if raw, ok := shared.Raw("product:low-stock"); !ok {
+		t.Fatal("not in the shared tier")
+	} else if e, _ := tier.DecodeEntry(raw); e.Hard.Sub(e.Origin) != time.Second || e.Soft.Sub(e.Origin) != time.Second {
+		t.Fatalf("stored with soft %v, hard %v after origin; want 1 s", e.Soft.Sub(e.Origin), e.Hard.Sub(e.Origin))
+	}
+	if res := mustGet(t, b, "low-stock", short); res.Source != holdfast.SourceShared {
+		t.Fatalf("b's first read from %v, want the shared tier", res.Source)
+	}
+	if res := mustGet(t, a, "low-stock", short); res.Source != holdfast.SourceHot {
+		t.Fatalf("a's second read from %v, want the hot tier", res.Source)
+	}
+	clk.Advance(1100 * time.Millisecond)
+	before := loads.Load()
+	// a's hot copy and the shared copy are past their 1 s: a loads; b's
+	// hot copy is too, and b reads what a stored.
+	if res := mustGet(t, a, "low-stock", short); res.Source != holdfast.SourceLoaded {
+		t.Fatalf("a after 1.1 s: %q from %v, want a load (its lifetime was 1 s)", res.Value, res.Source)
+	}
+	if res := mustGet(t, b, "low-stock", short); res.Source != holdfast.SourceShared || string(res.Value) != "v3" {
+		t.Fatalf("b after 1.1 s: %q from %v, want a's new load v3 from the shared tier", res.Value, res.Source)
+	}
+	for _, ns := range []*holdfast.Namespace{a, b} {
+		if res := mustGet(t, ns, "plenty", short); res.Source == holdfast.SourceLoaded {
+			t.Fatal("a value without a lifetime of its own was loaded again after 1.1 s")
+		}
+	}
+	if loads.Load()-before != 1 {
+		t.Fatalf("%d loads after 1.1 s, want 1", loads.Load()-before)
+	}
+	// With the shared tier down, last-known-good follows the lifetime too.
+	clk.Advance(1100 * time.Millisecond)
+	shared.Fail(inmem.ErrInjected)
+	if res := mustGet(t, b, "low-stock", short); res.Source != holdfast.SourceLoaded {
+		t.Fatalf("b, shared tier down, after the value's 1 s: %q from %v, want a load", res.Value, res.Source)
+	}
+	if st := a.Stats(); st.LifetimesSet != 2 || st.LifetimesClamped != 0 {
+		t.Fatalf("lifetimes set %d, clamped %d", st.LifetimesSet, st.LifetimesClamped)
+	}
+}
+
+// Out of the namespace's bounds a lifetime is clamped and counted; the
+// batch loader and Typed's loaders set lifetimes the same way.
+func TestLoaderSetLifetimeBoundsBatchAndTyped(t *testing.T) {
+	clk := fakeclock.New(t0)
+	p := holdfast.Policy{TTL: time.Minute, Lifetime: holdfast.LifetimeBounds{Min: 2 * time.Second}}
+	ns := newNS(t, newCache(t, holdfast.Options{Clock: clk}), "product", p)
+	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		out := map[string][]byte{}
+		for _, k := range keys {
+			out[k] = []byte(k)
+		}
+		holdfast.SetLifetime(ctx, "short", holdfast.Lifetime{TTL: 10 * time.Millisecond}) // clamped to 2 s
+		holdfast.SetLifetime(ctx, "long", holdfast.Lifetime{TTL: time.Hour})               // clamped to 1 min
+		holdfast.SetLifetime(ctx, "mid", holdfast.Lifetime{TTL: 5 * time.Second, SoftTTL: 3 * time.Second})
+		if holdfast.SetLifetime(ctx, "not-asked", holdfast.Lifetime{TTL: time.Second}) {
+			t.Error("SetLifetime accepted a key the load was not for")
+		}
+		return out, nil
+	})
+	res, errs := ns.GetMany(context.Background(), []string{"short", "long", "mid", "policy"}, batch)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("key %d: %v", i, err)
+		}
+	}
+	want := []struct{ soft, hard time.Duration }{{2 * time.Second, 2 * time.Second}, {time.Minute, time.Minute}, {3 * time.Second, 5 * time.Second}, {time.Minute, time.Minute}}
+	for i, r := range res {
+		if soft, hard := r.Soft().Sub(r.Origin()), r.Hard().Sub(r.Origin()); soft != want[i].soft || hard != want[i].hard {
+			t.Errorf("key %d: soft %v hard %v, want %v %v", i, soft, hard, want[i].soft, want[i].hard)
+		}
+	}
+	if st := ns.Stats(); st.LifetimesSet != 3 || st.LifetimesClamped != 2 {
+		t.Fatalf("lifetimes set %d, clamped %d; want 3, 2", st.LifetimesSet, st.LifetimesClamped)
+	}
+
+	type stock struct{ Left int }
+	typed := holdfast.NewTyped[stock](newNS(t, newCache(t, holdfast.Options{Clock: clk}), "stock", holdfast.Policy{TTL: time.Minute}), holdfast.JSON[stock]{})
+	_, r, err := typed.Get(context.Background(), "7", func(ctx context.Context, key string) (stock, error) {
+		s := stock{Left: 2}
+		if s.Left < 5 {
+			holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: 5 * time.Second})
+		}
+		return s, nil
+	})
+	if err != nil || r.Hard().Sub(r.Origin()) != 5*time.Second {
+		t.Fatalf("Typed: hard %v after origin, err %v; want 5 s", r.Hard().Sub(r.Origin()), err)
+	}
+}
