@@ -308,7 +308,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		}
 	}
 	h.loadProduct = byID(h.store.Product)
-	h.loadStock = byID(h.store.Stock)
+	h.loadStock = stockLoader(h.store.Stock)
 	h.loadList = holdfast.LoaderFunc(h.listLoader)
 	h.loadSearch = holdfast.LoaderFunc(h.searchLoader)
 

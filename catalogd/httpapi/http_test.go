@@ -703,3 +703,31 @@ func TestRejectedRefreshServesStale(t *testing.T) {
 		}
 	})
 }
+
+// TestLowStockRefreshesSooner: a product with little stock left has its
+// stock figure kept 1 s (its loader sets the lifetime), one with plenty the
+// namespace's 3 s soft TTL.
+func TestLowStockRefreshesSooner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, setup{shared: newInmemTier()})
+		e.store.mu.Lock()
+		st := e.store.stock[2]
+		st.Available = 3
+		e.store.stock[2] = st
+		e.store.mu.Unlock()
+		e.get("/v1/products/2") // stock 3: low
+		e.get("/v1/products/3") // stock 10: plenty
+		synctest.Wait()
+		time.Sleep(1500 * time.Millisecond)
+		loads := e.store.count("stock")
+		e.get("/v1/products/2")
+		e.get("/v1/products/3")
+		synctest.Wait()
+		if n := e.store.count("stock") - loads; n != 1 {
+			t.Fatalf("stock loads 1.5 s later: %d, want 1 (the low one's only)", n)
+		}
+		if st := e.cache.Stats()[httpapi.NamespaceStock]; st.LifetimesSet == 0 {
+			t.Fatal("no lifetime set for the low stock")
+		}
+	})
+}
