@@ -84,7 +84,7 @@ func TestLoaderSetLifetimeBoundsBatchAndTyped(t *testing.T) {
 			out[k] = []byte(k)
 		}
 		holdfast.SetLifetime(ctx, "short", holdfast.Lifetime{TTL: 10 * time.Millisecond}) // clamped to 2 s
-		holdfast.SetLifetime(ctx, "long", holdfast.Lifetime{TTL: time.Hour})               // clamped to 1 min
+		holdfast.SetLifetime(ctx, "long", holdfast.Lifetime{TTL: time.Hour})              // clamped to 1 min
 		holdfast.SetLifetime(ctx, "mid", holdfast.Lifetime{TTL: 5 * time.Second, SoftTTL: 3 * time.Second})
 		if holdfast.SetLifetime(ctx, "not-asked", holdfast.Lifetime{TTL: time.Second}) {
 			t.Error("SetLifetime accepted a key the load was not for")
