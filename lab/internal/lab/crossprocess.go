@@ -141,6 +141,26 @@ type child struct {
 const childEnv = "HOLDFAST_LAB_CHILD"
 
 func startChild(ctx context.Context, mode, addr string, goroutines int, loader time.Duration) (*child, error) {
+	k, err := launchChild(ctx,
+		childEnv+"=stampede",
+		"HOLDFAST_LAB_MODE="+mode,
+		"HOLDFAST_LAB_ADDR="+addr,
+		"HOLDFAST_LAB_GOROUTINES="+strconv.Itoa(goroutines),
+		"HOLDFAST_LAB_LOADER="+loader.String(),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.waitReady(15 * time.Second); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// launchChild starts the lab's own executable again with env added (which
+// must set childEnv to the kind of child); the child says "ready" on its
+// stdout once set up (waitReady).
+func launchChild(ctx context.Context, env ...string) (*child, error) {
 	// A child that failed to enter child mode (a binary without the
 	// IsChild check) would run the lab again and start children of its
 	// own; refuse to go deeper than one level.
@@ -152,13 +172,7 @@ func startChild(ctx context.Context, mode, addr string, goroutines int, loader t
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(),
-		childEnv+"=stampede",
-		"HOLDFAST_LAB_MODE="+mode,
-		"HOLDFAST_LAB_ADDR="+addr,
-		"HOLDFAST_LAB_GOROUTINES="+strconv.Itoa(goroutines),
-		"HOLDFAST_LAB_LOADER="+loader.String(),
-	)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	setParentDeath(cmd)
 	in, err := cmd.StdinPipe()
@@ -174,16 +188,21 @@ func startChild(ctx context.Context, mode, addr string, goroutines int, loader t
 	}
 	k := &child{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
 	k.out.Buffer(make([]byte, 64<<10), 16<<20)
-	// A child that never says ready (stuck connecting, or not a lab
-	// binary) is killed rather than waited for.
-	stuck := time.AfterFunc(15*time.Second, func() { _ = cmd.Process.Kill() })
+	return k, nil
+}
+
+// waitReady waits for the child's "ready" line. A child that never says it
+// within limit (stuck connecting, or not a lab binary) is killed rather than
+// waited for, and ended.
+func (k *child) waitReady(limit time.Duration) error {
+	stuck := time.AfterFunc(limit, func() { _ = k.cmd.Process.Kill() })
 	ready := k.out.Scan() && k.out.Text() == "ready"
 	stuck.Stop()
 	if !ready {
 		err := errors.Join(k.out.Err(), fmt.Errorf("child did not get ready: %q", k.out.Text()))
-		return nil, errors.Join(err, k.close())
+		return errors.Join(err, k.close())
 	}
-	return k, nil
+	return nil
 }
 
 func (k *child) send(key string) error {
