@@ -54,7 +54,10 @@ type holdfastReader struct {
 	tierStats func() map[string]float64 // nil when the tier has none
 }
 
-var _ Reader = (*holdfastReader)(nil)
+var (
+	_ Reader       = (*holdfastReader)(nil)
+	_ tieredReader = (*holdfastReader)(nil)
+)
 
 func newHoldfastReader(cfg ReaderConfig, tier tier.Tier) (*holdfastReader, error) {
 	limit := cfg.LoadCap
@@ -74,12 +77,16 @@ func newHoldfastReader(cfg ReaderConfig, tier tier.Tier) (*holdfastReader, error
 	if soft <= 0 {
 		soft = time.Duration(float64(cfg.TTL) * 0.8)
 	}
+	hot := holdfast.HotPolicy{Disabled: cfg.HotDisabled}
+	if cfg.HotThreshold > 0 {
+		hot.Keys, hot.Threshold = holdfast.HotDetected, cfg.HotThreshold
+	}
 	ns, err := c.Namespace("lab", holdfast.Policy{
 		TTL:          cfg.TTL,
 		SoftTTL:      soft,
 		StaleIfError: cfg.StaleIfError,
 		Lease:        holdfast.LeasePolicy{Enabled: cfg.Leases},
-		Hot:          holdfast.HotPolicy{Disabled: cfg.HotDisabled},
+		Hot:          hot,
 	})
 	if err != nil {
 		c.Close()
@@ -92,14 +99,20 @@ func newHoldfastReader(cfg ReaderConfig, tier tier.Tier) (*holdfastReader, error
 // with nothing stale to serve is counted as rejected, like the source's own
 // refusals.
 func (h *holdfastReader) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, _, stale, err := h.GetTiered(ctx, key)
+	return v, stale, err
+}
+
+// GetTiered is Get, also saying whether the hot tier answered.
+func (h *holdfastReader) GetTiered(ctx context.Context, key string) ([]byte, bool, bool, error) {
 	res, err := h.ns.Get(ctx, key, h.load)
 	if errors.Is(err, holdfast.ErrOverloaded) {
 		err = fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
-	return res.Value, res.Stale(), nil
+	return res.Value, res.Source == holdfast.SourceHot, res.Stale(), nil
 }
 
 // Invalidate drops key from every tier; holdfast discards loads of key that

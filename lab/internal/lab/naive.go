@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,7 +62,11 @@ func NewNaive(ctx context.Context, cfg ReaderConfig) (Reader, error) {
 	if ttl <= 0 {
 		ttl = time.Minute
 	}
-	return &Naive{c: c, load: cfg.Load, ttl: ttl, timeout: t}, nil
+	n := &Naive{c: c, load: cfg.Load, ttl: ttl, timeout: t}
+	if cfg.LocalTTL > 0 {
+		return &LocalTTL{Naive: n, ttl: cfg.LocalTTL, m: map[string]localEntry{}}, nil
+	}
+	return n, nil
 }
 
 // Get is cache-aside: GET, on miss or error load, then SET.
@@ -123,4 +128,77 @@ func (n *Naive) Close() error {
 
 func netDialer(timeout time.Duration) net.Dialer {
 	return net.Dialer{Timeout: timeout, KeepAlive: time.Second}
+}
+
+// LocalTTL is the naive mode as a two-level cache (ReaderConfig.LocalTTL):
+// an in-process map whose entries live a fixed time, in front of Naive's
+// cache-aside over Redis, as services commonly put a Caffeine or a
+// ristretto in front of their Redis. Nothing tells a process of another's
+// write: an entry is dropped only when its time is up (or by this process's
+// own Invalidate), so another process's update reaches it within the TTL.
+type LocalTTL struct {
+	*Naive
+	ttl time.Duration
+
+	mu sync.Mutex
+	m  map[string]localEntry
+
+	localHits atomic.Int64
+}
+
+type localEntry struct {
+	v   []byte
+	exp time.Time
+}
+
+var (
+	_ Reader       = (*LocalTTL)(nil)
+	_ tieredReader = (*LocalTTL)(nil)
+)
+
+// Get answers from the local map while the entry lives, else reads through
+// Naive and keeps the value for the TTL.
+func (l *LocalTTL) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, _, stale, err := l.GetTiered(ctx, key)
+	return v, stale, err
+}
+
+// GetTiered is Get, also saying whether the local map answered.
+func (l *LocalTTL) GetTiered(ctx context.Context, key string) ([]byte, bool, bool, error) {
+	now := time.Now()
+	l.mu.Lock()
+	e, ok := l.m[key]
+	l.mu.Unlock()
+	if ok && now.Before(e.exp) {
+		l.localHits.Add(1)
+		return e.v, true, false, nil
+	}
+	v, stale, err := l.Naive.Get(ctx, key)
+	if err != nil {
+		return nil, false, false, err
+	}
+	l.mu.Lock()
+	l.m[key] = localEntry{v: v, exp: time.Now().Add(l.ttl)}
+	l.mu.Unlock()
+	return v, false, stale, nil
+}
+
+// Invalidate drops this process's entry and deletes key from Redis; the
+// other processes' entries stay until their time is up.
+func (l *LocalTTL) Invalidate(ctx context.Context, key string) error {
+	l.mu.Lock()
+	delete(l.m, key)
+	l.mu.Unlock()
+	return l.Naive.Invalidate(ctx, key)
+}
+
+// Stats adds the local hits and entries to Naive's counts (whose hits and
+// misses are then of the reads that reached Redis).
+func (l *LocalTTL) Stats() map[string]float64 {
+	out := l.Naive.Stats()
+	out["local_hits"] = float64(l.localHits.Load())
+	l.mu.Lock()
+	out["local_entries"] = float64(len(l.m))
+	l.mu.Unlock()
+	return out
 }

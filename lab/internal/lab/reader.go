@@ -20,6 +20,13 @@ type Reader interface {
 	Close() error
 }
 
+// tieredReader is a Reader that says which reads its in-process tier
+// answered: holdfast's hot tier (Result.Source == SourceHot), the naive
+// mode's local TTL cache.
+type tieredReader interface {
+	GetTiered(ctx context.Context, key string) (value []byte, local, stale bool, err error)
+}
+
 // ReaderConfig is what a scenario gives a mode to build its Reader.
 type ReaderConfig struct {
 	// RedisAddrs are the shared tier's addresses: one for standalone, the
@@ -47,6 +54,15 @@ type ReaderConfig struct {
 	// per-node health, which a hot tier holding every key would hide. The
 	// naive mode has no hot tier either way.
 	HotDisabled bool
+	// HotThreshold, when positive, makes holdfast's hot tier admit the keys
+	// read at least this many times a second in the process (Hot.Keys =
+	// HotDetected with this Threshold) instead of the library's default.
+	HotThreshold float64
+	// LocalTTL, when positive, puts an in-process TTL cache in front of the
+	// naive mode's Redis (the usual two-level cache: a local map whose
+	// entries live LocalTTL, then cache-aside over Redis). Zero: none, every
+	// naive read goes to Redis. holdfast ignores it.
+	LocalTTL time.Duration
 	// Timeout is the naive mode's per-command Redis timeout (100 ms, as a
 	// production autocomplete service set it) and holdfast's read budget.
 	// Zero means 100 ms.

@@ -36,6 +36,11 @@ type SourceConfig struct {
 	// LatencyFor, when set and returning ok, gives a key its own latency
 	// (hit-during-load's 1 s loads beside 12 ms ones).
 	LatencyFor func(key string) (d time.Duration, ok bool)
+	// VersionOf, when set, is where a load reads the key's current version
+	// instead of the Source's own map: update-propagation's readers run in
+	// child processes and ask the lab's process, which holds the versions
+	// its writer bumps. Its error fails the load.
+	VersionOf func(ctx context.Context, key string) (int64, error)
 }
 
 // Source stands for the database: every call takes Latency, at most Cap run
@@ -159,6 +164,13 @@ func (s *Source) Load(ctx context.Context, key string) ([]byte, error) {
 	ver := s.versions[key].n
 	before := s.beforeRead
 	s.mu.Unlock()
+	if s.cfg.VersionOf != nil {
+		v, err := s.cfg.VersionOf(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("load %q: version: %w", key, err)
+		}
+		ver = v
+	}
 	if before != nil {
 		before(key)
 	}
