@@ -230,15 +230,28 @@ func (k *child) close() error {
 	return k.cmd.Wait()
 }
 
+// kill ends a child that may be busy (a run cut short): it is killed, not
+// asked, so that it cannot block writing results nobody reads.
+func (k *child) kill() {
+	_ = k.cmd.Process.Kill()
+	k.in.Close()
+	_ = k.cmd.Wait()
+}
+
 // IsChild reports whether this process was started by the lab as a child.
 // The lab command's main and the package's TestMain check it first.
 func IsChild() bool { return os.Getenv(childEnv) != "" }
 
-// ChildMain runs the child side of cross-process-stampede: it builds the
-// mode over the given Redis with its own 200 ms source, prints "ready", and
-// answers each "go KEY" line with a burst of goroutines on KEY. It returns
+// ChildMain runs the child side of a scenario with processes of its own,
+// by the kind its environment names: update-propagation's readers (see
+// propagationChildMain), or cross-process-stampede's, which build the mode
+// over the given Redis with their own 200 ms source, print "ready", and
+// answer each "go KEY" line with a burst of goroutines on KEY. It returns
 // the process's exit code when stdin ends.
 func ChildMain(stdin io.Reader, stdout io.Writer) int {
+	if os.Getenv(childEnv) == propagationChildKind {
+		return propagationChildMain(stdin, stdout)
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "holdfast-lab child: %v\n", err)
 		return 1

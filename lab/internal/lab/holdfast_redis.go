@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 
+	"github.com/holdfast-dev/holdfast/internal/breaker"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/holdfast-dev/holdfast/tier"
 )
@@ -43,4 +44,27 @@ func nodeStat(r Reader, addr string) (redis.NodeStats, bool) {
 		}
 	}
 	return redis.NodeStats{}, false
+}
+
+// tierHealth returns probes of r's Redis tier when r is the holdfast mode:
+// its breaker is closed; it sees every node of the Cluster ready (always
+// true for a standalone server). Both nil for any other Reader.
+func tierHealth(r Reader) (breakerClosed, nodesReady func() bool) {
+	h, ok := r.(*holdfastReader)
+	if !ok {
+		return nil, nil
+	}
+	t, ok := h.tier.(*redis.Tier)
+	if !ok {
+		return nil, nil
+	}
+	return func() bool { return t.Stats().BreakerState == breaker.Closed },
+		func() bool {
+			for _, s := range t.NodeStats() {
+				if s.State != redis.NodeReady {
+					return false
+				}
+			}
+			return true
+		}
 }

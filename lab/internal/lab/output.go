@@ -155,6 +155,7 @@ var headlineExtras = []string{
 	"first_ejection_ms", "healthy_keys_p99_ratio", "unready_replica_reads",
 	"hot_tier_share", "hot_tier_keys", "hot_tier_key_share", "node_ops_max_over_mean", "violations", "cold_key_loads",
 	"loads_per_burst_16_max", "loads_burst_1000", "loads_burst_16_redis_down", "loads_per_burst_max",
+	"propagation_p50_ms", "propagation_p99_ms", "old_reads_past_bound", "hot_share_before_freeze", "hot_share_during_freeze", "converge_after_thaw_ms",
 }
 
 // WriteIndex writes DIR/index.md linking every scenario's outputs.
@@ -233,4 +234,8 @@ var targetFigures = map[string]bool{
 	"hot_tier_share": true, "hot_tier_key_share": true, "node_ops_max_over_mean": true, "violations": true,
 	// replica-resync's cross-check of unready_replica_reads, from the server.
 	"unready_replica_server_reads": true,
+	// update-propagation's.
+	"propagation_p50_ms": true, "propagation_p99_ms": true, "propagation_max_ms": true,
+	"old_reads_past_bound": true, "old_reads_during_freeze": true, "errors": true, "errors_during_freeze": true,
+	"hot_share_before_freeze": true, "hot_share_during_freeze": true, "converge_after_thaw_ms": true,
 }

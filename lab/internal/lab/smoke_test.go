@@ -94,4 +94,7 @@ func TestSmokeAllScenarios(t *testing.T) {
 var smokeFigures = map[string][]string{
 	"node-freeze":    {"healthy_keys_p99_ratio"},
 	"replica-resync": {"unready_replica_reads", "unready_replica_server_reads"},
+	"update-propagation": {"propagation_p50_ms", "propagation_p99_ms", "propagation_max_ms",
+		"old_reads_past_bound", "old_reads_during_freeze", "errors", "hot_share_before_freeze",
+		"hot_share_during_freeze", "converge_after_thaw_ms"},
 }

@@ -1,0 +1,1230 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+)
+
+// update-propagation: how soon an update made in one process is served by
+// every other, and what happens to that when nobody can hear anybody.
+//
+// Four reader processes and one writer over a 3 primaries + 3 replicas
+// Cluster. The readers are OS processes, the lab's own executable started
+// again in child mode as cross-process-stampede's are, each with its own
+// Cache (or naive client) and its own Redis connections; the writer is the
+// lab's process. The readers read 1,000 keys of Zipf popularity (s = 1.1)
+// at 2,000 req/s in total, each a quarter of one fixed open-model schedule.
+// The writer updates the 10 most popular keys 50 times a second (each one
+// about every 200 ms): it bumps the key's version in the source, then
+// invalidates the key (holdfast's Invalidate; the naive mode deletes it
+// from Redis). Every value carries the version it was loaded at (Source),
+// so every read says whether it was older than an update. The whole
+// Cluster is frozen (SIGSTOP, every node) for the middle sixth of the run:
+// 10 s of 60.
+//
+// The source of truth lives in the lab's process, where the writer bumps
+// it: a reader's load asks it for the key's version over loopback TCP
+// (versionServer), then takes the source's 12 ms and its cap of 10 loads at
+// once in the reader's own process, as a database in front of each pod
+// would.
+//
+// holdfast: Hot.Keys = HotDetected at 2 reads a second per process, not the
+// library's 1,000 a minute: a reader reads 500 times a second, so the 10th
+// most popular key about 7 times a second and the 30th about 2, and the
+// default would keep only the top 4 or 5 keys hot. At 2, about the 30 most
+// popular keys are hot in every reader, the 10 updated ones at 3.6 times
+// the threshold or more, so they are admitted again within a half-life
+// after each invalidation. HotAll is not used: it would hold all 1,000 keys
+// and so measure a configuration the library does not default to with a
+// shared tier. Values live 5 minutes, so that during the run a value
+// changes only by an invalidation.
+//
+// naive: the two-level cache services commonly run (LocalTTL): a local map
+// whose entries live 10 s, in front of cache-aside over Redis (rueidis,
+// 100 ms timeouts); the writer deletes the key from Redis. 10 s is a common
+// local TTL for product data and the length of the freeze; nothing tells a
+// reader of an update, so it shows up when the local entry expires.
+//
+// Figures, per mode (see analyzePropagation):
+//   - propagation_p50/p99/max_ms: for each update made outside the freeze,
+//     from the writer's Invalidate returning to the moment the last reader
+//     first served the new version (or a newer one); each reader records
+//     every read, so this includes the wait for the reader's next read of
+//     the key (at 500 reads a second over Zipf keys, tens of milliseconds
+//     for the 10th most popular). propagation_last_old_* is the other side
+//     of the same bracket: the latest start of a read, after Invalidate
+//     returned, that still served an older version (0 when none did), a
+//     lower bound free of that wait; and next_read_new_share is the share of
+//     (update, reader) pairs whose first read of the key begun after
+//     Invalidate returned served the new version.
+//   - old_reads_past_bound: reads that returned a version older than an
+//     update whose Invalidate had returned more than the bound before the
+//     read began: 100 ms for updates made while the stream is heard, and
+//     Hot.MaxUnheard (15 s) for those made during the freeze (the update
+//     was bumped before the thaw and its Invalidate returned after the
+//     freeze began). old_reads_during_freeze counts separately the reads
+//     begun during the freeze that were older than an update made more than
+//     100 ms before them.
+//   - hot_share_before_freeze, hot_share_during_freeze: the share of reads
+//     answered by the in-process tier (holdfast's Result.Source ==
+//     SourceHot; the naive mode's local map) among the reads scheduled in
+//     the 10 s before the freeze and in the freeze.
+//   - converge_after_thaw_ms: from the thaw to the moment every reader
+//     serves the latest version made during the freeze of every key
+//     updated then (a reader that served it before the thaw and nothing
+//     older since counts 0; one that had not served it by the end of the
+//     run counts the time to the end, and converge_unmeasured counts
+//     those). converge_after_thaw_last_old_ms is its lower bound, to the
+//     start of the last read that served an older version.
+//   - errors, errors_during_freeze: reads that returned an error (a load
+//     refused by the cap included).
+//
+// And, to tell where a figure comes from: propagation_before_freeze_* and
+// next_read_new_share_before_freeze, the same for the updates made before
+// the freeze alone (the steady state); old_reads_past_bound_updates_* by
+// when the update a read missed was made (before the freeze, in it, after
+// the thaw), _unheard those whose reader did not hear the stream when the
+// update was made, _first_at_s and _last_at_s when the first and last such
+// read began; and, for holdfast, how long after the thaw the last reader
+// heard the stream again (stream_heard_after_thaw_ms), had its tier's
+// breaker closed (breaker_closed_after_thaw_ms) and saw every node ready
+// (nodes_ready_after_thaw_ms), and the writer's (writer_*).
+
+const (
+	propReaders      = 4
+	propRate         = 2000.0
+	propKeys         = 1000
+	propUpdatedKeys  = 10
+	propUpdateRate   = 50.0
+	propDuration     = 60 * time.Second
+	propTTL          = 5 * time.Minute
+	propLocalTTL     = 10 * time.Second
+	propHotThreshold = 2.0
+	// propHeardBound is how soon after Invalidate returns no process that
+	// hears the stream may serve the older value.
+	propHeardBound = 100 * time.Millisecond
+
+	propagationChildKind = "propagation"
+	propConfigEnv        = "HOLDFAST_LAB_PROPAGATION"
+)
+
+func updatePropagation(o Options) Plan {
+	d := o.length(propDuration)
+	before, freeze := propagationWindows(d)
+	maxUnheard := holdfast.DefaultHotMaxUnheard
+	p := map[string]any{
+		"reader_processes": propReaders, "writer_processes": 1,
+		"process_start": "the lab's executable in child mode, one per reader; the writer is the lab's process",
+		"rate_per_s":    propRate, "keys": propKeys, "zipf_s": zipfS,
+		"updated_keys": propUpdatedKeys, "updates_per_s": propUpdateRate,
+		"update":    "bump the key's version in the source, then invalidate it (holdfast Invalidate; naive DEL)",
+		"loader_ms": ms(baseLoader), "loader_cap": baseCap, "loader_queue": 0,
+		"source":      "the writer's process holds the versions; a reader's load asks it over loopback TCP, then takes loader_ms under loader_cap in the reader's process",
+		"keys_warmed": true,
+		"ttl_s":       propTTL.Seconds(), "stale_if_error_s": (30 * time.Minute).Seconds(), "redis_timeout_ms": 100,
+		"duration_s":    d.Seconds(),
+		"fault":         "SIGSTOP every node of the Cluster at fault_start_s, SIGCONT at fault_end_s; cluster-node-timeout raised past the freeze so that no node is failed over",
+		"fault_start_s": freeze[0].Seconds(), "fault_end_s": freeze[1].Seconds(),
+		"before_freeze_s":    []float64{before[0].Seconds(), before[1].Seconds()},
+		"bound_heard_ms":     ms(propHeardBound),
+		"bound_freeze_s":     maxUnheard.Seconds(),
+		"propagation":        "per update outside the freeze: Invalidate returning → the last reader's first read serving it (includes the wait for that reader's next read of the key); _last_old_: → the last read begun after it that served an older version",
+		"latency_from":       "scheduled start (open model)",
+		"redis_server":       "cluster of 3 primaries + 3 replicas, fresh per mode",
+		"naive_redis_client": "rueidis cluster client, no client-side cache, no retries",
+		"naive_local_ttl_s":  propLocalTTL.Seconds(),
+		"naive_config":       "a local map whose entries live naive_local_ttl_s in front of cache-aside over Redis; the writer deletes the key from Redis",
+		"holdfast_config":    fmt.Sprintf("library defaults with Hot.Keys = HotDetected at %g reads/s per process; soft TTL 0.8×TTL; Hot.MaxUnheard %v; Redis tier defaults (invalidation stream, %v heartbeat)", propHotThreshold, maxUnheard, 100*time.Millisecond),
+	}
+	run := func(ctx context.Context, o Options, m Mode) (ModeResult, error) {
+		r := &propRun{d: d, before: before, freeze: freeze, maxUnheard: maxUnheard}
+		return r.run(ctx, o, m)
+	}
+	return Plan{Params: p, Duration: d, Window: freeze, RunMode: run,
+		Figure: "holdfast: propagation_p99_ms ≤ 50 and p50 ≤ 5; old_reads_past_bound = 0; during the freeze 0 errors and hot_share_during_freeze ≥ 0.9 × hot_share_before_freeze; converge_after_thaw_ms ≤ 1000"}
+}
+
+// propagationWindows returns the 10 s (of 60) before the freeze and the
+// freeze, the middle sixth of the run, scaled with its length.
+func propagationWindows(d time.Duration) (before, freeze [2]time.Duration) {
+	half, w := d/2, d/12
+	freeze = [2]time.Duration{(half - w).Round(time.Millisecond), (half + w).Round(time.Millisecond)}
+	before = [2]time.Duration{freeze[0] - (freeze[1] - freeze[0]), freeze[0]}
+	return before, freeze
+}
+
+// propagationSchedule is every reader's reads: one open-model schedule of
+// Zipf keys from a fixed seed, request i going to reader i mod propReaders.
+func propagationSchedule(d time.Duration) []Request {
+	rng := rand.New(rand.NewPCG(11, 11))
+	z := rand.NewZipf(rng, zipfS, 1, propKeys-1)
+	return ConstantRate(propRate, d, func(int) string { return propKey(int(z.Uint64())) })
+}
+
+// propagationUpdates is the writer's schedule: the most popular keys (the
+// Zipf draw's lowest), uniformly.
+func propagationUpdates(d time.Duration) []Request {
+	rng := rand.New(rand.NewPCG(12, 12))
+	return ConstantRate(propUpdateRate, d, func(int) string { return propKey(rng.IntN(propUpdatedKeys)) })
+}
+
+func propKey(i int) string { return "product:" + strconv.Itoa(i) }
+
+func propKeyIndex(key string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(key, "product:"))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func propReaderConfig(addrs []string, load func(context.Context, string) ([]byte, error)) ReaderConfig {
+	return ReaderConfig{
+		RedisAddrs: addrs, Load: load, LoadCap: baseCap,
+		TTL: propTTL, StaleIfError: 30 * time.Minute, Timeout: 100 * time.Millisecond,
+		HotThreshold: propHotThreshold, LocalTTL: propLocalTTL,
+	}
+}
+
+// propRun is one mode's run.
+type propRun struct {
+	d          time.Duration
+	before     [2]time.Duration
+	freeze     [2]time.Duration
+	maxUnheard time.Duration
+	freezeAt   int64 // Unix ns, set by the fault goroutine
+	thawAt     int64
+}
+
+// propChildConfig is what a reader process is told, as JSON in its
+// environment; the rest is this file's constants, the same binary's.
+type propChildConfig struct {
+	Mode     string           `json:"mode"`
+	Addrs    []string         `json:"addrs"`
+	Versions string           `json:"versions"` // the version server's address
+	Reader   int              `json:"reader"`
+	Readers  int              `json:"readers"`
+	Duration time.Duration    `json:"duration"`
+	Freeze   [2]time.Duration `json:"freeze"`
+}
+
+// propChildMsg is one line a reader process writes after its run: reads in
+// chunks, then Done with its figures.
+type propChildMsg struct {
+	// Reads: [scheduled offset ns, start Unix ns, end Unix ns, key, version
+	// (-1: no value), 1 if the in-process tier answered, Outcome].
+	Reads          [][7]int64         `json:"reads,omitempty"`
+	Done           bool               `json:"done,omitempty"`
+	Stats          map[string]float64 `json:"stats,omitempty"`
+	Loads          int64              `json:"loads,omitempty"`
+	LoadsWindow    int64              `json:"loads_window,omitempty"`
+	LoadsPerSecond []int64            `json:"loads_per_second,omitempty"`
+	// Flags: when each of the process's healthFlags changed, [Unix ns,
+	// 1 / 0], its state at the start first; empty for a mode without them.
+	Flags map[string][][2]int64 `json:"flags,omitempty"`
+}
+
+func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, err error) {
+	c, err := StartCluster(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, c.Close()) }()
+	// Every node is frozen at once: when they wake, none must take the
+	// others for failed (the lab's clusters fail over after 2 s), or the
+	// figures after the thaw would be of a failover.
+	nodeTimeout := max(15*time.Second, r.freeze[1]-r.freeze[0]+5*time.Second)
+	for _, n := range c.Nodes {
+		if _, err := Command(n.Addr(), time.Second, "CONFIG", "SET", "cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10)); err != nil {
+			return res, fmt.Errorf("%s: CONFIG SET cluster-node-timeout: %w", n.Addr(), err)
+		}
+	}
+
+	// The source of truth: only its versions are used here (the readers'
+	// loads run in their processes).
+	src := NewSource(SourceConfig{})
+	vs, err := serveVersions(src)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, vs.Close()) }()
+
+	// The writer. Building the mode here first reports a missing mode
+	// before any process is started.
+	writer, err := m.New(ctx, propReaderConfig(c.Addrs(), src.Load))
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, writer.Close()) }()
+
+	cctx, cancel := context.WithTimeout(ctx, r.d+3*time.Minute)
+	defer cancel()
+	var kids []*child
+	clean := false
+	defer func() {
+		for _, k := range kids {
+			if clean {
+				err = errors.Join(err, k.close())
+			} else {
+				k.kill()
+			}
+		}
+	}()
+	for i := range propReaders {
+		cfg, err := json.Marshal(propChildConfig{Mode: m.Name, Addrs: c.Addrs(), Versions: vs.Addr(),
+			Reader: i, Readers: propReaders, Duration: r.d, Freeze: r.freeze})
+		if err != nil {
+			return res, err
+		}
+		k, err := launchChild(cctx, childEnv+"="+propagationChildKind, propConfigEnv+"="+string(cfg))
+		if err != nil {
+			return res, err
+		}
+		kids = append(kids, k)
+	}
+	// They warm up side by side; each says ready once it has read every key
+	// once and, with a stream, hears it.
+	for _, k := range kids {
+		if err := k.waitReady(90 * time.Second); err != nil {
+			return res, fmt.Errorf("reader process: %w", err)
+		}
+	}
+	ops0 := make([]int64, len(c.Nodes))
+	for i, n := range c.Nodes {
+		ops0[i], _ = CommandsProcessed(n.Addr())
+	}
+
+	start := time.Now().Add(300 * time.Millisecond)
+	for _, k := range kids {
+		if _, err := fmt.Fprintf(k.in, "go %d\n", start.UnixNano()); err != nil {
+			return res, err
+		}
+	}
+	o.Progress.Begin(o.label(m), r.d)
+
+	writerFlags := sampleFlags(healthFlags(writer))
+	defer writerFlags.stop()
+	f := &Fixture{Cluster: c, Source: src, Reader: writer, Start: start}
+	fctx, cancelFaults := context.WithCancel(ctx)
+	var fwg sync.WaitGroup
+	var faultErr error
+	fwg.Add(1)
+	go func() {
+		defer fwg.Done()
+		faultErr = runFaults(fctx, f, []Fault{
+			{At: r.freeze[0], Name: "freeze", Do: r.freezeAll},
+			{At: r.freeze[1], Name: "thaw", Do: r.thawAll},
+		})
+	}()
+	updates := r.write(ctx, start, writer, src, o)
+	if wait := time.Until(start.Add(r.d)); wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	cancelFaults()
+	fwg.Wait()
+	if faultErr != nil && !errors.Is(faultErr, context.Canceled) {
+		return res, fmt.Errorf("fault: %w", faultErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if r.thawAt == 0 {
+		return res, errors.New("the cluster was not thawed")
+	}
+
+	in := propRunData{
+		Updates: updates, Start: start, End: start.Add(r.d).UnixNano(), FreezeAt: r.freezeAt, ThawAt: r.thawAt,
+		Before: r.before, Freeze: r.freeze, MaxUnheard: r.maxUnheard, Keys: propKeys,
+	}
+	rec := NewRecorder(r.freeze[0], r.freeze[1])
+	res.Extra = map[string]float64{}
+	var loadsPerSecond []int64
+	for i, k := range kids {
+		reads, done, err := receivePropagation(k)
+		if err != nil {
+			return res, fmt.Errorf("reader process %d: %w", i, err)
+		}
+		for _, rd := range reads {
+			rec.Record(rd.At, time.Duration(rd.End-start.Add(rd.At).UnixNano()), rd.Out)
+		}
+		in.Reads = append(in.Reads, reads)
+		in.Flags = append(in.Flags, flagEdges(done.Flags))
+		for name, v := range done.Stats {
+			res.Extra[name] += v
+		}
+		res.LoaderCalls += done.Loads
+		res.Window.LoaderCalls += done.LoadsWindow
+		for s, n := range done.LoadsPerSecond {
+			for len(loadsPerSecond) <= s {
+				loadsPerSecond = append(loadsPerSecond, 0)
+			}
+			loadsPerSecond[s] += n
+		}
+	}
+	clean = true
+	in.WriterFlags = flagEdges(writerFlags.stop())
+
+	calls, winCalls := res.LoaderCalls, res.Window.LoaderCalls
+	res.Stats = rec.Overall()
+	res.Window = rec.Window()
+	res.LoaderCalls, res.Window.LoaderCalls = calls, winCalls
+	res.Series = rec.Seconds(secondsIn(r.d))
+	for s, n := range loadsPerSecond {
+		if s < len(res.Series) {
+			res.Series[s].LoaderCalls = n
+		}
+	}
+	for i, n := range c.Nodes {
+		role, err := Role(n.Addr())
+		if err != nil {
+			role = "unknown"
+		}
+		res.Nodes = append(res.Nodes, Node{Addr: n.Addr(), Role: role, Ops: opsSince(n.Addr(), ops0[i])})
+	}
+	for name, v := range writer.Stats() {
+		if strings.Contains(name, "invalidation") || strings.Contains(name, "delete") {
+			res.Extra["writer_"+name] = v
+		}
+	}
+	for name, v := range analyzePropagation(in) {
+		res.Extra[name] = v
+	}
+	return res, nil
+}
+
+// freezeAll stops every node, at as nearly the same moment as signals
+// allow.
+func (r *propRun) freezeAll(_ context.Context, f *Fixture) error {
+	r.freezeAt = time.Now().UnixNano()
+	var errs []error
+	for _, n := range f.Cluster.Nodes {
+		errs = append(errs, n.Freeze())
+	}
+	return errors.Join(errs...)
+}
+
+func (r *propRun) thawAll(_ context.Context, f *Fixture) error {
+	var errs []error
+	for _, n := range f.Cluster.Nodes {
+		errs = append(errs, n.Thaw())
+	}
+	r.thawAt = time.Now().UnixNano()
+	return errors.Join(errs...)
+}
+
+// write runs the writer's schedule, each update on its own goroutine at
+// its time (an Invalidate that waits on a frozen Cluster must not delay
+// the next update), and returns what each did.
+func (r *propRun) write(ctx context.Context, start time.Time, w Reader, src *Source, o Options) []propUpdate {
+	sched := propagationUpdates(r.d)
+	ups := make([]propUpdate, len(sched))
+	Driver{MaxInFlight: 1000}.Run(ctx, start, sched, func(ctx context.Context, i int, _ time.Duration, dropped bool) {
+		q := sched[i]
+		u := propUpdate{Key: propKeyIndex(q.Key), At: q.At}
+		if !dropped {
+			u.Ver = src.Update(q.Key)
+			u.Bumped = time.Now().UnixNano()
+			ictx, cancel := context.WithTimeout(ctx, time.Second)
+			u.Err = w.Invalidate(ictx, q.Key) != nil
+			cancel()
+			u.Done = time.Now().UnixNano()
+		}
+		ups[i] = u
+		o.Progress.Add(1)
+	})
+	return ups
+}
+
+// receivePropagation reads a reader process's results.
+func receivePropagation(k *child) ([]propRead, propChildMsg, error) {
+	var reads []propRead
+	for {
+		if !k.out.Scan() {
+			return nil, propChildMsg{}, fmt.Errorf("ended before its results: %v", k.out.Err())
+		}
+		var msg propChildMsg
+		if err := json.Unmarshal(k.out.Bytes(), &msg); err != nil {
+			return nil, msg, err
+		}
+		for _, a := range msg.Reads {
+			reads = append(reads, propRead{At: time.Duration(a[0]), Start: a[1], End: a[2],
+				Key: int(a[3]), Ver: a[4], Local: a[5] == 1, Out: Outcome(a[6])})
+		}
+		if msg.Done {
+			return reads, msg, nil
+		}
+	}
+}
+
+// propagationChildMain is a reader process of update-propagation: it builds
+// the mode over the Cluster with its own source (versions asked of the lab's
+// process), reads every key once, waits until it hears the invalidation
+// stream (holdfast), prints "ready", and on "go START" (Unix ns) runs its
+// quarter of the schedule from START. Then it writes its reads and figures
+// (propChildMsg lines) and returns when stdin ends.
+func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "holdfast-lab propagation child: %v\n", err)
+		return 1
+	}
+	var cfg propChildConfig
+	if err := json.Unmarshal([]byte(os.Getenv(propConfigEnv)), &cfg); err != nil {
+		return fail(fmt.Errorf("config: %w", err))
+	}
+	if cfg.Readers <= 0 || cfg.Reader < 0 || cfg.Reader >= cfg.Readers || cfg.Duration <= 0 {
+		return fail(fmt.Errorf("bad config %+v", cfg))
+	}
+	var mode *Mode
+	for i := range Modes {
+		if Modes[i].Name == cfg.Mode {
+			mode = &Modes[i]
+		}
+	}
+	if mode == nil {
+		return fail(fmt.Errorf("no mode %q", cfg.Mode))
+	}
+	ctx := context.Background()
+	vc := &versionClient{addr: cfg.Versions, idle: make(chan *versionConn, 2*baseCap)}
+	defer vc.Close()
+	src := NewSource(SourceConfig{Latency: baseLoader, Cap: baseCap, VersionOf: vc.Version})
+	r, err := mode.New(ctx, propReaderConfig(cfg.Addrs, src.Load))
+	if err != nil {
+		return fail(err)
+	}
+	defer r.Close()
+	tr, ok := r.(tieredReader)
+	if !ok {
+		return fail(fmt.Errorf("mode %s does not say which reads its in-process tier answered", cfg.Mode))
+	}
+
+	f := &Fixture{Source: src, Reader: r}
+	if err := warm(f, productKeys(propKeys), baseLoader); err != nil {
+		return fail(err)
+	}
+	stream := streamStatus(r)
+	if stream != nil {
+		deadline := time.Now().Add(30 * time.Second)
+		for !stream().Heard {
+			if time.Now().After(deadline) {
+				return fail(errors.New("the invalidation stream was not heard within 30 s"))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	fmt.Fprintln(stdout, "ready")
+
+	in := bufio.NewScanner(stdin)
+	if !in.Scan() {
+		return 0 // the lab gave up before the run
+	}
+	ns, ok := strings.CutPrefix(in.Text(), "go ")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return fail(fmt.Errorf("bad command %q", in.Text()))
+	}
+	start := time.Unix(0, n)
+	src.Begin(start, cfg.Freeze[0], cfg.Freeze[1])
+	var mine []Request
+	for i, q := range propagationSchedule(cfg.Duration) {
+		if i%cfg.Readers == cfg.Reader {
+			mine = append(mine, q)
+		}
+	}
+
+	// The mode's health, sampled: when it heard the stream, had its breaker
+	// closed and every node ready, for the figures after the thaw.
+	flags := sampleFlags(healthFlags(r))
+	defer flags.stop()
+
+	reads := make([][7]int64, len(mine))
+	Driver{MaxInFlight: 2000}.Run(ctx, start, mine, func(ctx context.Context, i int, _ time.Duration, dropped bool) {
+		q := mine[i]
+		rec := [7]int64{int64(q.At), 0, 0, int64(propKeyIndex(q.Key)), -1, 0, int64(Failed)}
+		if dropped {
+			rec[1], rec[2] = start.Add(q.At).UnixNano(), time.Now().UnixNano()
+			reads[i] = rec
+			return
+		}
+		t0 := time.Now()
+		v, local, stale, err := tr.GetTiered(ctx, q.Key)
+		rec[1], rec[2] = t0.UnixNano(), time.Now().UnixNano()
+		if err == nil {
+			rec[4] = ValueVersion(v)
+		}
+		if local {
+			rec[5] = 1
+		}
+		rec[6] = int64(classify(stale, err))
+		reads[i] = rec
+	})
+	sampled := flags.stop()
+
+	enc := json.NewEncoder(stdout)
+	const chunk = 2000
+	for i := 0; i < len(reads); i += chunk {
+		if err := enc.Encode(propChildMsg{Reads: reads[i:min(i+chunk, len(reads))]}); err != nil {
+			return fail(err)
+		}
+	}
+	total, win := src.Calls()
+	done := propChildMsg{Done: true, Stats: r.Stats(), Loads: total, LoadsWindow: win,
+		LoadsPerSecond: src.CallsPerSecond(), Flags: sampled}
+	if err := enc.Encode(done); err != nil {
+		return fail(err)
+	}
+	for in.Scan() {
+	}
+	return 0
+}
+
+// streamStatus returns the state of r's invalidation stream when r is the
+// holdfast mode over a tier that has one; nil otherwise.
+func streamStatus(r Reader) func() holdfast.StreamStatus {
+	h, ok := r.(*holdfastReader)
+	if !ok || !h.c.Stream().Enabled {
+		return nil
+	}
+	return h.c.Stream
+}
+
+// healthFlags are yes/no states of a process's mode, sampled to tell when
+// each came back after the thaw: "stream", its Cache hears the
+// invalidation stream; "breaker", its Redis tier's breaker is closed;
+// "nodes", the tier sees every Cluster node ready. Empty for a mode without
+// them (naive).
+func healthFlags(r Reader) map[string]func() bool {
+	out := map[string]func() bool{}
+	if st := streamStatus(r); st != nil {
+		out["stream"] = func() bool { return st().Heard }
+	}
+	if closed, ready := tierHealth(r); closed != nil {
+		out["breaker"], out["nodes"] = closed, ready
+	}
+	return out
+}
+
+// flagSampler samples flags every 5 ms and keeps their changes.
+type flagSampler struct {
+	flags map[string]func() bool
+	edges map[string][][2]int64
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+func sampleFlags(flags map[string]func() bool) *flagSampler {
+	s := &flagSampler{flags: flags, edges: map[string][][2]int64{}, done: make(chan struct{})}
+	if len(flags) == 0 {
+		return s
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		last := map[string]int64{}
+		for {
+			now := time.Now().UnixNano()
+			for name, f := range s.flags {
+				v := int64(0)
+				if f() {
+					v = 1
+				}
+				if l, ok := last[name]; !ok || l != v {
+					s.edges[name] = append(s.edges[name], [2]int64{now, v})
+					last[name] = v
+				}
+			}
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling (once; later calls return nil) and returns the
+// changes, by flag.
+func (s *flagSampler) stop() map[string][][2]int64 {
+	var out map[string][][2]int64
+	s.once.Do(func() {
+		close(s.done)
+		s.wg.Wait()
+		out = s.edges
+	})
+	return out
+}
+
+// flagEdges turns a flagSampler's changes into flagEdges.
+func flagEdges(m map[string][][2]int64) map[string][]flagEdge {
+	out := make(map[string][]flagEdge, len(m))
+	for name, es := range m {
+		for _, e := range es {
+			out[name] = append(out[name], flagEdge{At: e[0], On: e[1] == 1})
+		}
+	}
+	return out
+}
+
+// versionServer answers "KEY\n" with the key's current version in src,
+// "N\n": the readers' database, in the writer's process.
+type versionServer struct {
+	ln  net.Listener
+	src *Source
+
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func serveVersions(src *Source) (*versionServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &versionServer{ln: ln, src: src, conns: map[net.Conn]bool{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+func (s *versionServer) Addr() string { return s.ln.Addr().String() }
+
+func (s *versionServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+func (s *versionServer) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	in := bufio.NewScanner(c)
+	out := bufio.NewWriter(c)
+	for in.Scan() {
+		v, _ := s.src.Version(in.Text())
+		fmt.Fprintf(out, "%d\n", v)
+		if out.Flush() != nil {
+			return
+		}
+	}
+}
+
+// Close stops the server and ends its connections.
+func (s *versionServer) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// versionClient asks a versionServer, over a few kept connections.
+type versionClient struct {
+	addr string
+	idle chan *versionConn
+}
+
+type versionConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+// Version returns key's current version, within a second or ctx.
+func (c *versionClient) Version(ctx context.Context, key string) (int64, error) {
+	var vc *versionConn
+	select {
+	case vc = <-c.idle:
+	default:
+		conn, err := net.DialTimeout("tcp", c.addr, time.Second)
+		if err != nil {
+			return 0, err
+		}
+		vc = &versionConn{Conn: conn, r: bufio.NewReader(conn)}
+	}
+	deadline := time.Now().Add(time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = vc.SetDeadline(deadline)
+	if _, err := io.WriteString(vc, key+"\n"); err != nil {
+		vc.Close()
+		return 0, err
+	}
+	line, err := vc.r.ReadString('\n')
+	if err != nil {
+		vc.Close()
+		return 0, err
+	}
+	select {
+	case c.idle <- vc:
+	default:
+		vc.Close()
+	}
+	return strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+}
+
+// Close closes the idle connections.
+func (c *versionClient) Close() {
+	for {
+		select {
+		case vc := <-c.idle:
+			vc.Close()
+		default:
+			return
+		}
+	}
+}
+
+// propRead is one read of a reader process.
+type propRead struct {
+	At         time.Duration // scheduled offset from the start
+	Start, End int64         // Unix ns
+	Key        int
+	Ver        int64 // -1: no value
+	Local      bool  // answered by the in-process tier
+	Out        Outcome
+}
+
+func (r propRead) served() bool { return (r.Out == OK || r.Out == Stale) && r.Ver >= 0 }
+
+// propUpdate is one update of the writer.
+type propUpdate struct {
+	Key          int
+	Ver          int64 // 0: not made (the driver had no room for it)
+	At           time.Duration
+	Bumped, Done int64 // Unix ns: the source's version bumped; Invalidate returned
+	Err          bool  // Invalidate returned an error
+}
+
+// flagEdge is a change of one of a process's healthFlags.
+type flagEdge struct {
+	At int64 // Unix ns
+	On bool
+}
+
+// onAt reports a flag's state at t: on before its first sample (each
+// process heard the stream before it said ready).
+func onAt(edges []flagEdge, t int64) bool {
+	on := true
+	for _, e := range edges {
+		if e.At > t {
+			break
+		}
+		on = e.On
+	}
+	return on
+}
+
+// onAfter returns how long after t the flag was on again (0 when it was on
+// at t); false when it never was by the end of the samples.
+func onAfter(edges []flagEdge, t int64) (int64, bool) {
+	if onAt(edges, t) {
+		return 0, true
+	}
+	for _, e := range edges {
+		if e.At > t && e.On {
+			return e.At - t, true
+		}
+	}
+	return 0, false
+}
+
+// propRunData is what analyzePropagation needs of one mode's run.
+type propRunData struct {
+	Reads            [][]propRead // per reader
+	Updates          []propUpdate
+	Flags            []map[string][]flagEdge // per reader, by healthFlags name
+	WriterFlags      map[string][]flagEdge
+	Start            time.Time
+	End              int64            // Unix ns: the end of the run's schedule
+	FreezeAt, ThawAt int64            // Unix ns
+	Before, Freeze   [2]time.Duration // scheduled offsets
+	MaxUnheard       time.Duration
+	Keys             int
+}
+
+// keyReads is one reader's served reads of one key, indexed for the
+// questions analyzePropagation asks.
+type keyReads struct {
+	byStart []propRead
+	// firstEndFrom[v]: the earliest end of a read of version ≥ v;
+	// lastStartBelow[v]: the latest start of a read of a version < v.
+	firstEndFrom, lastStartBelow []int64
+}
+
+func newKeyReads(rs []propRead, maxVer int64) *keyReads {
+	k := &keyReads{byStart: rs}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Start < rs[j].Start })
+	n := int(maxVer) + 2
+	k.firstEndFrom = make([]int64, n)
+	k.lastStartBelow = make([]int64, n)
+	for i := range k.firstEndFrom {
+		k.firstEndFrom[i] = math.MaxInt64
+	}
+	for _, r := range rs {
+		v := min(int(r.Ver), n-1)
+		k.firstEndFrom[v] = min(k.firstEndFrom[v], r.End)
+		if v+1 < n {
+			k.lastStartBelow[v+1] = max(k.lastStartBelow[v+1], r.Start)
+		}
+	}
+	for v := n - 2; v >= 0; v-- {
+		k.firstEndFrom[v] = min(k.firstEndFrom[v], k.firstEndFrom[v+1])
+	}
+	for v := 1; v < n; v++ {
+		k.lastStartBelow[v] = max(k.lastStartBelow[v], k.lastStartBelow[v-1])
+	}
+	return k
+}
+
+func (k *keyReads) firstEnd(v int64) int64 {
+	if int(v) >= len(k.firstEndFrom) {
+		return math.MaxInt64
+	}
+	return k.firstEndFrom[v]
+}
+
+func (k *keyReads) lastOldStart(v int64) int64 {
+	return k.lastStartBelow[min(int(v), len(k.lastStartBelow)-1)]
+}
+
+// next returns the first read begun at or after t.
+func (k *keyReads) next(t int64) (propRead, bool) {
+	i := sort.Search(len(k.byStart), func(i int) bool { return k.byStart[i].Start >= t })
+	if i == len(k.byStart) {
+		return propRead{}, false
+	}
+	return k.byStart[i], true
+}
+
+// analyzePropagation computes the scenario's figures (see the top of this
+// file) from every read and update of a mode.
+func analyzePropagation(in propRunData) map[string]float64 {
+	out := map[string]float64{}
+	inFreeze := func(u propUpdate) bool { return u.Bumped < in.ThawAt && u.Done >= in.FreezeAt }
+	bound := func(u propUpdate) int64 {
+		if inFreeze(u) {
+			return int64(in.MaxUnheard)
+		}
+		return int64(propHeardBound)
+	}
+	inWin := func(at time.Duration, w [2]time.Duration) bool { return at >= w[0] && at < w[1] }
+	msOf := func(ns int64) float64 { return math.Round(float64(ns)/1e3) / 1e3 }
+
+	// Updates of each key, indexed by version - 1.
+	byVer := make([][]propUpdate, in.Keys)
+	var updates, duringFreeze, writerErrors int
+	for _, u := range in.Updates {
+		if u.Ver <= 0 || u.Key < 0 || u.Key >= in.Keys {
+			continue
+		}
+		updates++
+		if inFreeze(u) {
+			duringFreeze++
+		}
+		if u.Err {
+			writerErrors++
+		}
+		for int64(len(byVer[u.Key])) < u.Ver {
+			byVer[u.Key] = append(byVer[u.Key], propUpdate{})
+		}
+		byVer[u.Key][u.Ver-1] = u
+	}
+	out["updates"] = float64(updates)
+	out["updates_during_freeze"] = float64(duringFreeze)
+	out["writer_errors"] = float64(writerErrors)
+
+	// Each reader's served reads, by key.
+	reads := make([][]*keyReads, len(in.Reads))
+	for r, rs := range in.Reads {
+		per := make([][]propRead, in.Keys)
+		for _, rd := range rs {
+			if rd.served() && rd.Key >= 0 && rd.Key < in.Keys {
+				per[rd.Key] = append(per[rd.Key], rd)
+			}
+		}
+		reads[r] = make([]*keyReads, in.Keys)
+		for k := range per {
+			reads[r][k] = newKeyReads(per[k], int64(len(byVer[k])))
+		}
+	}
+	hasStream := len(in.Flags) == len(in.Reads) && len(in.Reads) > 0
+	for _, f := range in.Flags {
+		if _, ok := f["stream"]; !ok {
+			hasStream = false
+		}
+	}
+	unheard := func(r int, t int64) bool { return hasStream && !onAt(in.Flags[r]["stream"], t) }
+
+	// Propagation of the updates made outside the freeze; and of those
+	// made before it alone, the steady state, apart from those made after
+	// the thaw.
+	propagation := func(prefix, suffix string, take func(u propUpdate) bool) {
+		var upper, lower []float64
+		var unmeasured, pairs, nextNew int
+		for _, u := range in.Updates {
+			if u.Ver <= 0 || u.Key < 0 || u.Key >= in.Keys || inFreeze(u) || !take(u) {
+				continue
+			}
+			var hi, lo int64
+			seen := len(reads) > 0
+			for r := range reads {
+				kr := reads[r][u.Key]
+				first := kr.firstEnd(u.Ver)
+				if first == math.MaxInt64 {
+					seen = false
+					continue
+				}
+				hi = max(hi, first-u.Done)
+				if ls := kr.lastOldStart(u.Ver); ls >= u.Done {
+					lo = max(lo, ls-u.Done)
+				}
+				if nr, ok := kr.next(u.Done); ok {
+					pairs++
+					if nr.Ver >= u.Ver {
+						nextNew++
+					}
+				}
+			}
+			if !seen {
+				unmeasured++ // some reader never served it (the run ended first)
+				continue
+			}
+			upper = append(upper, msOf(hi))
+			lower = append(lower, msOf(lo))
+		}
+		sort.Float64s(upper)
+		sort.Float64s(lower)
+		out[prefix+"_p50_ms"] = quantile(upper, 0.50)
+		out[prefix+"_p99_ms"] = quantile(upper, 0.99)
+		out[prefix+"_max_ms"] = quantile(upper, 1)
+		out[prefix+"_last_old_p50_ms"] = quantile(lower, 0.50)
+		out[prefix+"_last_old_p99_ms"] = quantile(lower, 0.99)
+		out[prefix+"_last_old_max_ms"] = quantile(lower, 1)
+		out[prefix+"_updates"] = float64(len(upper))
+		out[prefix+"_unmeasured"] = float64(unmeasured)
+		if pairs > 0 {
+			out["next_read_new_share"+suffix] = float64(nextNew) / float64(pairs)
+		}
+	}
+	propagation("propagation", "", func(propUpdate) bool { return true })
+	propagation("propagation_before_freeze", "_before_freeze", func(u propUpdate) bool { return u.Done < in.FreezeAt })
+
+	// Old reads, errors, hot shares.
+	var pastBound, pastUnheard, oldInFreeze, errs, errsFreeze int
+	var pastOfBefore, pastOfFreeze, pastOfAfter int // by when the update they missed was made
+	var pastAge, pastFirst, pastLast int64
+	var nBefore, hotBefore, nFreeze, hotFreeze int
+	for r, rs := range in.Reads {
+		for _, rd := range rs {
+			if inWin(rd.At, in.Before) {
+				nBefore++
+				if rd.Local {
+					hotBefore++
+				}
+			}
+			frozen := inWin(rd.At, in.Freeze)
+			if frozen {
+				nFreeze++
+				if rd.Local {
+					hotFreeze++
+				}
+			}
+			if rd.Out == Failed || rd.Out == Rejected {
+				errs++
+				if frozen {
+					errsFreeze++
+				}
+			}
+			if !rd.served() || rd.Key < 0 || rd.Key >= in.Keys {
+				continue
+			}
+			violated, old := false, false
+			for _, u := range byVer[rd.Key][min(int(rd.Ver), len(byVer[rd.Key])):] {
+				if u.Ver == 0 {
+					continue
+				}
+				if u.Bumped > rd.Start {
+					break // written after the read began
+				}
+				age := rd.Start - u.Done
+				if !violated && age > bound(u) {
+					violated = true
+					pastBound++
+					if unheard(r, u.Done) {
+						pastUnheard++
+					}
+					switch {
+					case inFreeze(u):
+						pastOfFreeze++
+					case u.Done < in.FreezeAt:
+						pastOfBefore++
+					default:
+						pastOfAfter++
+					}
+					pastAge = max(pastAge, age)
+					at := rd.Start - in.Start.UnixNano()
+					if pastFirst == 0 || at < pastFirst {
+						pastFirst = at
+					}
+					pastLast = max(pastLast, at)
+				}
+				if !old && frozen && age > int64(propHeardBound) {
+					old = true
+					oldInFreeze++
+				}
+				if violated && (old || !frozen) {
+					break
+				}
+			}
+		}
+	}
+	out["old_reads_past_bound"] = float64(pastBound)
+	out["old_reads_during_freeze"] = float64(oldInFreeze)
+	if pastBound > 0 {
+		out["old_reads_past_bound_max_age_ms"] = msOf(pastAge)
+		out["old_reads_past_bound_first_at_s"] = float64(pastFirst) / 1e9
+		out["old_reads_past_bound_last_at_s"] = float64(pastLast) / 1e9
+		out["old_reads_past_bound_updates_before_freeze"] = float64(pastOfBefore)
+		out["old_reads_past_bound_updates_in_freeze"] = float64(pastOfFreeze)
+		out["old_reads_past_bound_updates_after_thaw"] = float64(pastOfAfter)
+	}
+	if hasStream {
+		out["old_reads_past_bound_unheard"] = float64(pastUnheard)
+	}
+	out["errors"] = float64(errs)
+	out["errors_during_freeze"] = float64(errsFreeze)
+	if nBefore > 0 {
+		out["hot_share_before_freeze"] = float64(hotBefore) / float64(nBefore)
+	}
+	if nFreeze > 0 {
+		out["hot_share_during_freeze"] = float64(hotFreeze) / float64(nFreeze)
+	}
+
+	// Convergence after the thaw, on the latest version made during the
+	// freeze of each key updated then.
+	latest := map[int]int64{}
+	for _, u := range in.Updates {
+		if u.Ver > 0 && u.Key >= 0 && u.Key < in.Keys && inFreeze(u) {
+			latest[u.Key] = max(latest[u.Key], u.Ver)
+		}
+	}
+	if len(latest) > 0 {
+		var conv, convLo int64
+		convUnmeasured := 0
+		for k, v := range latest {
+			for r := range reads {
+				var lastOldEnd, lastOldStart int64
+				for _, rd := range reads[r][k].byStart {
+					if rd.Ver < v {
+						lastOldEnd = max(lastOldEnd, rd.End)
+						lastOldStart = max(lastOldStart, rd.Start)
+					}
+				}
+				convLo = max(convLo, lastOldStart-in.ThawAt)
+				// The first read of v or newer that ended after the last
+				// older one (and after the thaw, unless that one ended
+				// before the thaw: then the reader had converged by then).
+				first := int64(math.MaxInt64)
+				for _, rd := range reads[r][k].byStart {
+					if rd.Ver >= v && rd.End > lastOldEnd {
+						first = min(first, rd.End)
+					}
+				}
+				switch {
+				case first == math.MaxInt64:
+					// Not served by the end of the run: at least that long.
+					convUnmeasured++
+					conv = max(conv, in.End-in.ThawAt)
+				case first <= in.ThawAt:
+				default:
+					conv = max(conv, first-in.ThawAt)
+				}
+			}
+		}
+		out["converge_after_thaw_ms"] = msOf(conv)
+		out["converge_after_thaw_last_old_ms"] = msOf(convLo)
+		out["converge_unmeasured"] = float64(convUnmeasured)
+	}
+
+	// When each reader heard the stream again after the thaw, had its
+	// breaker closed and saw every node ready (the latest reader; 0 when
+	// that was so at the thaw), and the writer's; a flag that never came
+	// back counts the time to the end of the run.
+	afterThaw := func(name string, edges []flagEdge) {
+		d, ok := onAfter(edges, in.ThawAt)
+		if !ok {
+			d = in.End - in.ThawAt
+		}
+		out[name] = max(out[name], msOf(d))
+	}
+	for _, f := range in.Flags {
+		for flag, name := range map[string]string{"stream": "stream_heard_after_thaw_ms",
+			"breaker": "breaker_closed_after_thaw_ms", "nodes": "nodes_ready_after_thaw_ms"} {
+			if edges, ok := f[flag]; ok {
+				afterThaw(name, edges)
+			}
+		}
+	}
+	for flag, name := range map[string]string{"breaker": "writer_breaker_closed_after_thaw_ms",
+		"nodes": "writer_nodes_ready_after_thaw_ms"} {
+		if edges, ok := in.WriterFlags[flag]; ok {
+			afterThaw(name, edges)
+		}
+	}
+	return out
+}
+
+// quantile returns the q-quantile of sorted by nearest rank; 0 when empty.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
