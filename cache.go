@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -128,7 +129,7 @@ func New(opts Options) (*Cache, error) {
 		c.coarse = startCoarseClock()
 	}
 	if opts.Recorder != nil {
-		c.recorder.Store(&recorderBox{opts.Recorder})
+		c.recorder.Store(&recorderBox{[]Recorder{opts.Recorder}})
 	}
 	if opts.Shared != nil {
 		c.caps = probeTier(opts.Shared)
@@ -269,21 +270,32 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// recorderBox holds a Recorder for an atomic pointer.
-type recorderBox struct{ r Recorder }
+// recorderBox holds the Recorders for an atomic pointer.
+type recorderBox struct{ rs []Recorder }
 
-// SetRecorder sets the Recorder that receives load latencies, for an
-// exporter set up after New. It is an error when the Cache has one already
-// (Options.Recorder, or an earlier SetRecorder), so that a second exporter
-// never silently takes a cache over from the first.
+// SetRecorder adds a Recorder that receives load latencies, for an exporter
+// set up after New. A Cache takes one Recorder of each type (a Prometheus
+// exporter and an OpenTelemetry one, say): a second of a type it has is an
+// error, so that an exporter registered twice never silently counts twice.
 func (c *Cache) SetRecorder(r Recorder) error {
 	if r == nil {
 		return errors.New("holdfast: SetRecorder(nil)")
 	}
-	if !c.recorder.CompareAndSwap(nil, &recorderBox{r}) {
-		return errors.New("holdfast: the cache has a Recorder already")
+	for {
+		old := c.recorder.Load()
+		var rs []Recorder
+		if old != nil {
+			for _, have := range old.rs {
+				if reflect.TypeOf(have) == reflect.TypeOf(r) {
+					return fmt.Errorf("holdfast: the cache has a Recorder of type %T already", r)
+				}
+			}
+			rs = append(rs, old.rs...)
+		}
+		if c.recorder.CompareAndSwap(old, &recorderBox{append(rs, r)}) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // goOwned runs fn on a goroutine that Close waits for. It reports false, and

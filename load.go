@@ -106,7 +106,11 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	case n.allCanBeServedStale(toLoad):
 		mode = admitNow
 	}
+	lst := n.startStage(ctx, StageLimiter)
 	release := n.acquire(ctx, mode)
+	if lst != nil {
+		lst.End(StageResult{Outcome: either(release != nil, "admitted", "rejected")})
+	}
 	if release == nil {
 		n.ctr.add(evRejected, uint64(len(toLoad)))
 		for _, j := range toLoad {
@@ -128,8 +132,12 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	lts := &lifetimes{keys: keys}
 	lctx = context.WithValue(lctx, lifetimesKey{}, lts)
 	start := n.c.clock.Now()
+	st := n.startStage(lctx, StageLoad)
 	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return src.load(ctx, keys) }, release)
 	lo := n.loadOutcome(lctx, start, err)
+	if st != nil {
+		st.End(StageResult{Outcome: loadOutcomeName(lo.err), Err: lo.err})
+	}
 	var writes []tier.Item
 	var vers []version
 	var writers []*flight
@@ -157,7 +165,7 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	// One write for the batch; each flight's store lock is held until it
 	// is done, so an invalidation cannot slip in between.
 	if len(writes) > 0 {
-		n.writeShared(writes, vers)
+		n.writeShared(ctx, writes, vers)
 	}
 	for _, f := range writers {
 		f.endStore()
@@ -261,11 +269,19 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 //
 // The write gets a LoadTimeout of its own, whatever the load took, on top
 // of the tier's own bound (the Redis tier's WriteTimeout).
-func (n *Namespace) writeShared(items []tier.Item, vers []version) {
+func (n *Namespace) writeShared(fctx context.Context, items []tier.Item, vers []version) {
+	st := n.startStage(fctx, StageSharedWrite)
+	var failed error
+	defer func() {
+		if st != nil {
+			st.End(StageResult{Outcome: either(failed == nil, "ok", "error"), Err: failed})
+		}
+	}()
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
 	defer cancel()
 	if n.coord == nil {
 		if err := n.c.opts.Shared.Set(ctx, items...); err != nil {
+			failed = err
 			for range items {
 				n.countTierError(err, evSharedSetError)
 			}
@@ -286,6 +302,7 @@ func (n *Namespace) writeShared(items []tier.Item, vers []version) {
 		}
 		switch {
 		case err != nil:
+			failed = err
 			n.countTierError(err, evSharedSetError)
 		case !stored:
 			n.ctr.inc(evDroppedStaleSet)
@@ -413,7 +430,14 @@ func (n *Namespace) observe(d time.Duration, err error) {
 	if box == nil {
 		return
 	}
-	rec := box.r
+	outcome := loadOutcomeName(err)
+	for _, rec := range box.rs {
+		rec.ObserveLoad(n.name, d, outcome)
+	}
+}
+
+// loadOutcomeName names a load's outcome for the Recorder and traces.
+func loadOutcomeName(err error) string {
 	outcome := "ok"
 	var pe *PanicError
 	switch {
@@ -427,5 +451,5 @@ func (n *Namespace) observe(d time.Duration, err error) {
 	default:
 		outcome = "error"
 	}
-	rec.ObserveLoad(n.name, d, outcome)
+	return outcome
 }

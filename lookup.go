@@ -39,7 +39,17 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 			statuses[i] = tierNone
 		}
 	} else {
+		st := n.startStage(ctx, StageSharedRead)
 		n.sharedGetMany(ctx, toRead, metas, statuses)
+		if st != nil {
+			worst := tierHit
+			for _, s := range statuses {
+				if s == tierDown || (s == tierMiss && worst == tierHit) {
+					worst = s
+				}
+			}
+			st.End(StageResult{Outcome: statusOutcome(worst)})
+		}
 	}
 	// The shared tier may have taken up to its read budget (two, for a
 	// smeared copy that missed): judge the answers by the time now.
@@ -61,7 +71,7 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	var m meta
 	j.status = tierNone
 	if n.c.opts.Shared != nil {
-		m, j.status = n.sharedGet(ctx, j.key)
+		m, j.status = n.sharedReadTraced(ctx, j.key)
 		now = n.exactNow() // see lookup
 	}
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)

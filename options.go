@@ -46,6 +46,10 @@ type Options struct {
 	// it with Cache.SetRecorder.
 	Recorder Recorder
 
+	// Tracer traces the reads that leave the hot tier, stage by stage
+	// (package holdfastotel: OpenTelemetry spans). Default nil: none.
+	Tracer Tracer
+
 	// MaxPendingInvalidations bounds, per namespace, the invalidations kept
 	// for replay because the shared tier's delete failed or was skipped.
 	// Beyond it an invalidation is dropped from the queue (the local copies

@@ -98,9 +98,14 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 // cancellation, since joiners depend on it, and is bounded by the tier's
 // read budget. Only a load moves to a goroutine of the Cache's, detached
 // from every caller.
-func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (Result, error) {
+func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res Result, err error) {
 	if isNil(loader) {
 		return Result{}, fmt.Errorf("holdfast: %s: read of %q: %w", n.name, key, errNilLoader)
+	}
+	if tr := n.c.opts.Tracer; tr != nil {
+		var rt ReadTrace
+		ctx, rt = n.startRead(ctx, tr, []string{key})
+		defer func() { rt.End(res, err) }()
 	}
 	f, leader := n.flights.join(key)
 	if !leader {
@@ -200,6 +205,28 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 			n.ctr.inc(evCoalesced)
 		}
 		waits[key] = waiter{f, !leader}
+	}
+	if tr := n.c.opts.Tracer; tr != nil && len(waits) > 0 {
+		left := make([]string, 0, len(waits))
+		for k := range waits {
+			left = append(left, k)
+		}
+		var rt ReadTrace
+		ctx, rt = n.startRead(ctx, tr, left)
+		defer func() {
+			var res Result
+			var err error
+			for i, k := range keys {
+				if _, ok := waits[k]; ok {
+					res = results[i]
+					if errs != nil {
+						err = errs[i]
+					}
+					break
+				}
+			}
+			rt.End(res, err)
+		}()
 	}
 	if len(mine) > 0 {
 		detached := context.WithoutCancel(ctx)

@@ -300,6 +300,7 @@ func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd f
 // breaker.
 func (t *Tier) readFrom(ctx, rctx context.Context, n *node, c rueidis.Client, cmd func(rueidis.Builder) rueidis.Completed) (rueidis.RedisResult, breaker.Outcome) {
 	n.requests.add(1)
+	tier.ReportNode(ctx, n.addr) // the last node asked is the one that answered
 	built := cmd(c.B())
 	res := t.callGuarded(rctx, n, func() rueidis.RedisResult { return c.Do(rctx, built) })
 	err := res.Error()

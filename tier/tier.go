@@ -185,3 +185,34 @@ func Origin(ctx context.Context) string {
 	s, _ := ctx.Value(originKey{}).(string)
 	return s
 }
+
+type nodeReportKey struct{}
+
+// WithNodeReport returns ctx carrying report, which a tier that knows which
+// of its nodes answers a read calls with the node's address (ReportNode):
+// traces name the node.
+func WithNodeReport(ctx context.Context, report func(addr string)) context.Context {
+	return context.WithValue(ctx, nodeReportKey{}, report)
+}
+
+// ReportNode tells ctx's node report, if any, that addr answered.
+func ReportNode(ctx context.Context, addr string) {
+	if f, ok := ctx.Value(nodeReportKey{}).(func(string)); ok {
+		f(addr)
+	}
+}
+
+// Node is one node of a shared tier and its health, as a tier with nodes
+// reports it (package redis, Tier.NodeStats, converted by the caller), for
+// the exporters (holdfastprom, holdfastotel), which do not import the tier.
+type Node struct {
+	Addr      string
+	Primary   bool
+	State     string // "ready", "not_ready" or "ejected"
+	Requests  uint64 // commands sent
+	Failures  uint64 // commands that failed, timeouts included
+	Timeouts  uint64 // commands past their budget
+	Reads     uint64 // keys answered
+	ReadShare float64
+	Ejections uint64
+}
