@@ -6,17 +6,22 @@ require (
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/holdfast-dev/holdfast v0.0.0
 	github.com/holdfast-dev/holdfast/catalogd v0.0.0
+	github.com/holdfast-dev/holdfast/holdfastotel v0.0.0
 	github.com/holdfast-dev/holdfast/redis v0.0.0
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79
 	github.com/viccon/sturdyc v1.1.5
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 )
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -29,6 +34,11 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -42,6 +52,7 @@ require (
 replace (
 	github.com/holdfast-dev/holdfast => ../
 	github.com/holdfast-dev/holdfast/catalogd => ../catalogd
+	github.com/holdfast-dev/holdfast/holdfastotel => ../holdfastotel
 	github.com/holdfast-dev/holdfast/holdfastprom => ../holdfastprom
 	github.com/holdfast-dev/holdfast/redis => ../redis
 )

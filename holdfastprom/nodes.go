@@ -1,23 +1,14 @@
 package holdfastprom
 
 import (
+	"github.com/holdfast-dev/holdfast/tier"
 	prom "github.com/prometheus/client_golang/prometheus"
 )
 
-// Node is one Redis Cluster node's health as the shared tier reports it
-// (package redis, Tier.NodeStats). This package does not import the tier;
-// the caller converts, so the exporter works with any tier that has nodes.
-type Node struct {
-	Addr      string
-	Primary   bool
-	State     string // "ready", "not_ready" or "ejected"
-	Requests  uint64
-	Failures  uint64
-	Timeouts  uint64
-	Reads     uint64
-	ReadShare float64
-	Ejections uint64
-}
+// Node is one Redis node's health as the shared tier reports it (package
+// redis, Tier.NodeStats); the caller converts, so the exporter works with
+// any tier that has nodes.
+type Node = tier.Node
 
 // NodeStates are the values of the state label of holdfast_redis_node_state.
 var NodeStates = []string{"ready", "not_ready", "ejected"}

@@ -1,0 +1,275 @@
+// Package holdfastotel exports a holdfast.Cache's metrics as OpenTelemetry
+// instruments and traces its slow reads as OpenTelemetry spans, beside (or
+// instead of) package holdfastprom. It is a module of its own, so that the
+// core module keeps no third-party requirement: an application that does
+// not use OpenTelemetry never downloads it.
+//
+// Metrics: Register observes every counter and gauge of holdfast.Stats per
+// namespace (attribute holdfast.namespace), and optionally each Redis node's
+// (attributes server.address and holdfast.node.role), at each collection;
+// loads are recorded as they end in the histogram holdfast.load.duration.
+// Names follow the OpenTelemetry conventions: dotted, lower case, no unit or
+// _total suffix, units in UCUM ("{read}", "By", "s").
+//
+// Traces: NewTracer is a holdfast.Tracer (holdfast.Options.Tracer). A read
+// the hot tier answers makes no span; one that leaves it makes a
+// holdfast.get span, a child of the caller's, with a child per stage of its
+// flight: holdfast.shared_read (server.address names the Redis node in a
+// Cluster), holdfast.lease_wait, holdfast.limiter, holdfast.load,
+// holdfast.shared_write.
+package holdfastotel
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/holdfast-dev/holdfast"
+)
+
+// ScopeName is the instrumentation scope of the meter and tracer.
+const ScopeName = "github.com/holdfast-dev/holdfast/holdfastotel"
+
+// instrument is one field of holdfast.Stats as an instrument.
+type instrument struct {
+	name, unit, desc string
+	field            string // the Stats field it reports
+	gauge            bool
+}
+
+func counter(name, unit, field, desc string) instrument {
+	return instrument{name: "holdfast." + name, unit: unit, desc: desc, field: field}
+}
+
+func gauge(name, unit, field, desc string) instrument {
+	return instrument{name: "holdfast." + name, unit: unit, desc: desc, field: field, gauge: true}
+}
+
+// instruments covers every uint64 field of holdfast.Stats (a test checks),
+// but UnheardMillis, which is holdfast.stream.unheard in seconds.
+var instruments = []instrument{
+	counter("reads", "{read}", "Reads", "Reads (Get, and each key of GetMany)."),
+	counter("hot.hits", "{read}", "HotHits", "Reads answered by the in-process hot tier."),
+	counter("shared.hits", "{read}", "SharedHits", "Shared-tier reads that found a value (fresh or stale)."),
+	counter("shared.misses", "{read}", "SharedMisses", "Shared-tier reads that found nothing (corrupt entries included)."),
+	counter("shared.errors", "{read}", "SharedErrors", "Shared-tier reads that failed or ran past the read budget."),
+	counter("shared.bypassed", "{call}", "SharedBypassed", "Shared-tier calls skipped by an open breaker."),
+	counter("shared.set_errors", "{write}", "SharedSetErrors", "Failed shared-tier writes (never a failed read)."),
+	counter("shared.delete_errors", "{delete}", "SharedDelErrors", "Failed shared-tier deletes."),
+	counter("corrupt_entries", "{entry}", "Corrupt", "Stored bytes that failed to decode, read as misses."),
+	counter("loads", "{load}", "Loads", "Loader calls started."),
+	counter("load.errors", "{load}", "LoadErrors", "Loader calls that failed, timed out or panicked."),
+	counter("load.not_found", "{load}", "LoadNotFound", "Loader calls that returned ErrNotFound."),
+	counter("load.timeouts", "{load}", "LoadTimeouts", "Loads whose loader had not returned at LoadTimeout."),
+	counter("coalesced", "{read}", "Coalesced", "Reads that waited for another read's load."),
+	counter("refreshes", "{refresh}", "Refreshes", "Background refreshes started."),
+	counter("stale_served", "{read}", "StaleServed", "Values served between soft and hard time."),
+	counter("stale_on_error", "{read}", "StaleOnError", "Values served past hard time because fresh data could not be had."),
+	counter("local_served", "{read}", "LocalServed", "Last-known-good values served while the shared tier was down."),
+	counter("negative_hits", "{read}", "NegativeHits", "Cached not-found answers served."),
+	counter("load.rejected", "{load}", "Rejected", "Loads the load limiter rejected."),
+	counter("overloaded", "{read}", "Overloaded", "Reads that failed with ErrOverloaded."),
+	counter("invalidations", "{key}", "Invalidations", "Keys invalidated."),
+	counter("dropped_stale_sets", "{write}", "DroppedStaleSets", "Loads finished after an invalidation of their key, not stored."),
+	counter("too_large", "{key}", "TooLarge", "Keys or values refused for their size."),
+	gauge("pending_deletes", "{key}", "PendingDeletes", "Invalidations waiting to be replayed on the shared tier."),
+	counter("replayed_deletes", "{key}", "ReplayedDeletes", "Invalidations replayed on the shared tier after it recovered."),
+	counter("dropped_deletes", "{key}", "DroppedDeletes", "Invalidations that did not fit in the replay queue."),
+	counter("leases.taken", "{load}", "LeasesTaken", "Loads made holding the key's lease."),
+	counter("lease.waits", "{read}", "LeaseWaits", "Reads that waited for another process's load under its lease."),
+	counter("lease.gave_up", "{read}", "LeaseGaveUp", "Lease waits that ran out and loaded instead."),
+	counter("error_backoffs", "{read}", "ErrorBackoffs", "Reads served stale without a load because the key's last load just failed."),
+	counter("smeared.reads", "{read}", "SmearedReads", "Shared-tier reads of hot keys sent to one of their copies."),
+	counter("smeared.writes", "{write}", "SmearedWrites", "Shared-tier writes of hot keys to all their copies."),
+	counter("superseded_reads", "{read}", "Superseded", "Shared-tier values older than this process's own invalidation, read as misses."),
+	gauge("shared_hot_keys", "{key}", "SharedHotKeys", "Keys in the hot set shared by every process, as last fetched."),
+	gauge("hot.entries", "{entry}", "HotEntries", "Entries in the hot tier."),
+	gauge("hot.bytes", "By", "HotBytes", "Memory the hot tier's entries take, as Hot.MaxBytes counts it."),
+	gauge("last_known_good.entries", "{entry}", "LastKnownGoodKeys", "Entries in the last-known-good store."),
+	counter("invalidations.sent", "{key}", "InvalidationsSent", "Keys invalidated here and announced to every process."),
+	counter("invalidations.heard", "{key}", "InvalidationsHeard", "Announcements of this namespace's invalidations heard, own included."),
+	counter("invalidations.applied", "{key}", "InvalidationsApplied", "Other processes' announcements that dropped or demoted a copy held here."),
+	counter("revalidated", "{entry}", "Revalidated", "Hot copies checked against the shared tier after the stream was heard again."),
+	counter("revalidation.dropped", "{entry}", "RevalidationDropped", "Hot copies the check dropped."),
+	counter("warm_start.keys", "{key}", "WarmStartKeys", "Keys the warm start put in the hot tier."),
+	counter("warm_start.bytes", "By", "WarmStartBytes", "Bytes of the values the warm start put in the hot tier."),
+	counter("lifetimes.set", "{value}", "LifetimesSet", "Loaded values whose loader set their own lifetime."),
+	counter("lifetimes.clamped", "{value}", "LifetimesClamped", "Loader-set lifetimes clamped into Policy.Lifetime."),
+}
+
+// Node is one Redis node's health as the shared tier reports it (package
+// redis, Tier.NodeStats); the caller converts, so the exporter works with
+// any tier that has nodes.
+type Node = tier.Node
+
+// Options configures Register.
+type Options struct {
+	// Nodes, when set, is called at each collection for the Redis nodes'
+	// health: holdfast.redis.node.* per node.
+	Nodes func() []Node
+}
+
+// Exporter is a Cache's OpenTelemetry instruments; it is also the Cache's
+// Recorder of load latencies.
+type Exporter struct {
+	cache    *holdfast.Cache
+	duration metric.Float64Histogram
+	reg      metric.Registration
+	loadOpts sync.Map // namespace + "\x00" + outcome -> metric.RecordOption
+}
+
+var _ holdfast.Recorder = (*Exporter)(nil)
+
+// Register creates c's instruments on mp's meter and becomes one of c's
+// Recorders. It returns an error, and registers nothing lasting, when the
+// meter refuses an instrument or c has an Exporter of this package already.
+func Register(mp metric.MeterProvider, c *holdfast.Cache, o Options) (*Exporter, error) {
+	m := mp.Meter(ScopeName)
+	e := &Exporter{cache: c}
+	var err error
+	e.duration, err = m.Float64Histogram("holdfast.load.duration", metric.WithUnit("s"),
+		metric.WithDescription("Loader call latency, by namespace and outcome (ok, not_found, error, timeout, panic)."),
+		metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
+	if err != nil {
+		return nil, fmt.Errorf("holdfastotel: %w", err)
+	}
+	observers := make([]metric.Int64Observable, len(instruments))
+	all := make([]metric.Observable, 0, len(instruments)+8)
+	for i, in := range instruments {
+		if in.gauge {
+			observers[i], err = m.Int64ObservableGauge(in.name, metric.WithUnit(in.unit), metric.WithDescription(in.desc))
+		} else {
+			observers[i], err = m.Int64ObservableCounter(in.name, metric.WithUnit(in.unit), metric.WithDescription(in.desc))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("holdfastotel: %s: %w", in.name, err)
+		}
+		all = append(all, observers[i])
+	}
+	unheard, err := m.Float64ObservableGauge("holdfast.stream.unheard", metric.WithUnit("s"),
+		metric.WithDescription("Time since the invalidation stream was last heard; 0 while it is heard."))
+	if err != nil {
+		return nil, fmt.Errorf("holdfastotel: %w", err)
+	}
+	all = append(all, unheard)
+	nodes, err := newNodeInstruments(m)
+	if err != nil {
+		return nil, err
+	}
+	if o.Nodes != nil {
+		all = append(all, nodes.observables()...)
+	}
+	e.reg, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		for name, s := range c.Stats() {
+			set := metric.WithAttributeSet(attribute.NewSet(attribute.String("holdfast.namespace", name)))
+			v := reflect.ValueOf(s)
+			for i, in := range instruments {
+				obs.ObserveInt64(observers[i], int64(v.FieldByName(in.field).Uint()), set)
+			}
+			obs.ObserveFloat64(unheard, float64(s.UnheardMillis)/1000, set)
+		}
+		if o.Nodes != nil {
+			nodes.observe(obs, o.Nodes())
+		}
+		return nil
+	}, all...)
+	if err != nil {
+		return nil, fmt.Errorf("holdfastotel: %w", err)
+	}
+	if err := c.SetRecorder(e); err != nil {
+		e.reg.Unregister()
+		return nil, fmt.Errorf("holdfastotel: %w", err)
+	}
+	return e, nil
+}
+
+// ObserveLoad implements holdfast.Recorder.
+func (e *Exporter) ObserveLoad(namespace string, d time.Duration, outcome string) {
+	key := namespace + "\x00" + outcome
+	opt, ok := e.loadOpts.Load(key)
+	if !ok {
+		opt, _ = e.loadOpts.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("holdfast.namespace", namespace), attribute.String("holdfast.outcome", outcome))))
+	}
+	e.duration.Record(context.Background(), d.Seconds(), opt.(metric.RecordOption))
+}
+
+// Unregister stops the instruments' observation. The Cache keeps the
+// Exporter as its Recorder.
+func (e *Exporter) Unregister() error { return e.reg.Unregister() }
+
+// nodeInstruments are the per-node instruments.
+type nodeInstruments struct {
+	requests, failures, timeouts, reads, ejections metric.Int64ObservableCounter
+	share                                          metric.Float64ObservableGauge
+	state                                          metric.Int64ObservableGauge
+}
+
+func newNodeInstruments(m metric.Meter) (*nodeInstruments, error) {
+	var n nodeInstruments
+	var errs [8]error
+	c := func(name, desc string, i int) metric.Int64ObservableCounter {
+		var o metric.Int64ObservableCounter
+		o, errs[i] = m.Int64ObservableCounter("holdfast.redis.node."+name, metric.WithUnit("{command}"), metric.WithDescription(desc))
+		return o
+	}
+	n.requests = c("requests", "Commands sent to the node.", 0)
+	n.failures = c("failures", "Commands to the node that failed, timeouts included.", 1)
+	n.timeouts = c("timeouts", "Commands to the node past their budget.", 2)
+	n.reads = c("reads", "Keys the node answered.", 3)
+	n.ejections, errs[4] = m.Int64ObservableCounter("holdfast.redis.node.ejections", metric.WithUnit("{ejection}"), metric.WithDescription("Times the node was ejected."))
+	n.share, errs[5] = m.Float64ObservableGauge("holdfast.redis.node.read_share", metric.WithUnit("1"), metric.WithDescription("The node's share of the reads of all nodes."))
+	n.state, errs[6] = m.Int64ObservableGauge("holdfast.redis.node.state", metric.WithUnit("1"), metric.WithDescription("1 for the node's current state (attribute holdfast.node.state: ready, not_ready or ejected)."))
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("holdfastotel: %w", err)
+		}
+	}
+	return &n, nil
+}
+
+func (n *nodeInstruments) observables() []metric.Observable {
+	return []metric.Observable{n.requests, n.failures, n.timeouts, n.reads, n.ejections, n.share, n.state}
+}
+
+func (n *nodeInstruments) observe(obs metric.Observer, nodes []Node) {
+	for _, nd := range nodes {
+		role := "replica"
+		if nd.Primary {
+			role = "primary"
+		}
+		attrs := []attribute.KeyValue{attribute.String("server.address", nd.Addr), attribute.String("holdfast.node.role", role)}
+		set := metric.WithAttributeSet(attribute.NewSet(attrs...))
+		obs.ObserveInt64(n.requests, int64(nd.Requests), set)
+		obs.ObserveInt64(n.failures, int64(nd.Failures), set)
+		obs.ObserveInt64(n.timeouts, int64(nd.Timeouts), set)
+		obs.ObserveInt64(n.reads, int64(nd.Reads), set)
+		obs.ObserveInt64(n.ejections, int64(nd.Ejections), set)
+		obs.ObserveFloat64(n.share, nd.ReadShare, set)
+		for _, st := range []string{"ready", "not_ready", "ejected"} {
+			v := int64(0)
+			if st == nd.State {
+				v = 1
+			}
+			obs.ObserveInt64(n.state, v, metric.WithAttributeSet(attribute.NewSet(append(attrs, attribute.String("holdfast.node.state", st))...)))
+		}
+	}
+}
+
+// InstrumentName returns the name of the instrument that reports the Stats
+// field named field, or "".
+func InstrumentName(field string) string {
+	for _, in := range instruments {
+		if in.field == field {
+			return in.name
+		}
+	}
+	return ""
+}

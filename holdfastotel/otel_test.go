@@ -1,0 +1,252 @@
+package holdfastotel_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/holdfastotel"
+	"github.com/holdfast-dev/holdfast/inmem"
+)
+
+func newCache(t *testing.T, o holdfast.Options) *holdfast.Cache {
+	t.Helper()
+	c, err := holdfast.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func namespace(t *testing.T, c *holdfast.Cache, name string, p holdfast.Policy) *holdfast.Namespace {
+	t.Helper()
+	ns, err := c.Namespace(name, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// script runs a mix of reads on a process that is traced and exported: hot
+// and shared hits, misses, a stale answer, a lease wait behind another
+// process's load, and a load error.
+func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Namespace, *holdfast.Cache) {
+	shared := inmem.New(nil)
+	o.Shared = shared
+	c := newCache(t, o)
+	p := holdfast.Policy{TTL: time.Minute, SoftTTL: 200 * time.Millisecond, StaleIfError: time.Minute,
+		Lease: holdfast.LeasePolicy{Enabled: true, Poll: 5 * time.Millisecond},
+		Hot:   holdfast.HotPolicy{Keys: holdfast.HotAll}}
+	ns := namespace(t, c, "product", p)
+	var calls atomic.Int64
+	ok := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		calls.Add(1)
+		return []byte("v:" + key), nil
+	})
+	get := func(key string, l holdfast.Loader) holdfast.Result {
+		t.Helper()
+		res, err := ns.Get(ctx, key, l)
+		if err != nil {
+			t.Fatalf("Get(%q): %v", key, err)
+		}
+		waitFor(t, "the flight of "+key, func() bool { return !ns.Loading(key) })
+		return res
+	}
+	get("p1", ok) // miss, load
+	get("p1", ok) // hot hit: no span
+	// Another process holds p2's lease and loads slowly: a lease wait.
+	other := namespace(t, newCache(t, holdfast.Options{Shared: shared}), "product", p)
+	gate := make(chan struct{})
+	go other.Get(ctx, "p2", holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		<-gate
+		return []byte("v:p2"), nil
+	}))
+	waitFor(t, "the other process's lease", func() bool { return other.Stats().LeasesTaken == 1 })
+	go func() { time.Sleep(50 * time.Millisecond); close(gate) }()
+	if res := get("p2", ok); string(res.Value) != "v:p2" {
+		t.Fatalf("p2 after the lease wait: %q", res.Value)
+	}
+	// Stale: past p1's soft time the hot tier has dropped it, the shared
+	// tier answers stale and a refresh runs.
+	time.Sleep(250 * time.Millisecond)
+	if res := get("p1", ok); res.Source != holdfast.SourceStale {
+		t.Fatalf("p1 past soft from %v, want stale", res.Source)
+	}
+	waitFor(t, "the refresh", func() bool { return ns.Stats().Loads == 2 && !ns.Loading("p1") })
+	// A load error.
+	if _, err := ns.Get(ctx, "p3", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return nil, errors.New("db down") })); err == nil {
+		t.Fatal("p3: no error from a failing loader")
+	}
+	return ns, c
+}
+
+func TestMetricsEqualStats(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	ns, c := script(context.Background(), t, holdfast.Options{})
+	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{Nodes: func() []holdfastotel.Node {
+		return []holdfastotel.Node{{Addr: "127.0.0.1:7000", Primary: true, State: "ready", Requests: 9, Reads: 7, ReadShare: 1}}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{}); err == nil {
+		t.Fatal("a second Exporter of the same cache was accepted")
+	}
+	ns.Get(context.Background(), "p4", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("x"), nil }))
+	waitFor(t, "p4's flight", func() bool { return !ns.Loading("p4") })
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	st := ns.Stats()
+	got := map[string]int64{}
+	var loads uint64
+	var nodeReads int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if v, ok := p.Attributes.Value("holdfast.namespace"); ok && v.AsString() == "product" {
+						got[m.Name] = p.Value
+					}
+					if m.Name == "holdfast.redis.node.reads" {
+						nodeReads = p.Value
+					}
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					if v, ok := p.Attributes.Value("holdfast.namespace"); ok && v.AsString() == "product" {
+						got[m.Name] = p.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					if v, _ := p.Attributes.Value("holdfast.namespace"); v.AsString() == "product" {
+						loads += p.Count
+					}
+				}
+			}
+		}
+	}
+	sv := reflect.ValueOf(st)
+	checked := 0
+	for i := range sv.NumField() {
+		f := sv.Type().Field(i)
+		if f.Type.Kind() != reflect.Uint64 || f.Name == "UnheardMillis" {
+			continue
+		}
+		name := holdfastotel.InstrumentName(f.Name)
+		if name == "" {
+			t.Errorf("Stats.%s has no instrument", f.Name)
+			continue
+		}
+		if g := got[name]; uint64(g) != sv.Field(i).Uint() {
+			t.Errorf("%s = %d, Stats.%s = %d", name, g, f.Name, sv.Field(i).Uint())
+		}
+		checked++
+	}
+	t.Logf("%d instruments equal Stats: reads %d, hot hits %d, loads %d, lease waits %d, stale %d, load errors %d",
+		checked, st.Reads, st.HotHits, st.Loads, st.LeaseWaits, st.StaleServed, st.LoadErrors)
+	for _, want := range []uint64{st.Reads, st.HotHits, st.Loads, st.LeaseWaits, st.StaleServed, st.LoadErrors} {
+		if want == 0 {
+			t.Fatalf("the script left a counter at 0: %+v", st)
+		}
+	}
+	// Loads after Register were recorded in the histogram: p4's.
+	if loads != 1 {
+		t.Errorf("load histogram count %d, want 1 (the load after Register)", loads)
+	}
+	if nodeReads != 7 {
+		t.Errorf("node reads %d, want 7", nodeReads)
+	}
+}
+
+func TestSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tracer := holdfastotel.NewTracer(tp, holdfastotel.TraceOptions{KeyNamespaces: []string{"product"}})
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	ns, _ := script(ctx, t, holdfast.Options{Tracer: tracer})
+	parent.End()
+
+	type node struct {
+		name  string
+		attrs map[attribute.Key]attribute.Value
+		kids  []string
+	}
+	spans := rec.Ended()
+	byID := map[string]*node{}
+	var reads []*node
+	for _, s := range spans {
+		n := &node{name: s.Name(), attrs: map[attribute.Key]attribute.Value{}}
+		for _, a := range s.Attributes() {
+			n.attrs[a.Key] = a.Value
+		}
+		byID[s.SpanContext().SpanID().String()] = n
+		if s.Name() == "holdfast.get" {
+			reads = append(reads, n)
+		}
+	}
+	for _, s := range spans {
+		if p := byID[s.Parent().SpanID().String()]; p != nil {
+			p.kids = append(p.kids, s.Name())
+			if s.Name() == "holdfast.get" && p.name != "request" {
+				t.Errorf("a read span's parent is %q, want the caller's", p.name)
+			}
+		}
+	}
+	// Reads that left the hot tier: p1 (miss), p2 (lease wait), p1
+	// (stale), p3 (error). The hot hit made none.
+	var summary []string
+	for _, r := range reads {
+		slices.Sort(r.kids)
+		summary = append(summary, r.attrs["holdfast.key"].AsString()+" "+r.attrs["holdfast.source"].AsString()+" ["+strings.Join(r.kids, " ")+"]")
+	}
+	t.Logf("read spans: %q", summary)
+	want := []string{
+		"p1 loaded [holdfast.limiter holdfast.load holdfast.shared_read holdfast.shared_write]",
+		"p2 shared [holdfast.lease_wait holdfast.shared_read]",
+		"p1 stale [holdfast.limiter holdfast.load holdfast.shared_read holdfast.shared_write]",
+		"p3 none [holdfast.limiter holdfast.load holdfast.shared_read]",
+	}
+	if len(summary) != len(want) {
+		t.Fatalf("%d read spans, want %d: %q", len(summary), len(want), summary)
+	}
+	for i := range want {
+		if summary[i] != want[i] {
+			t.Errorf("read span %d: %q, want %q", i, summary[i], want[i])
+		}
+	}
+	if reads[2].attrs["holdfast.stale"].AsBool() != true || reads[0].attrs["holdfast.namespace"].AsString() != "product" {
+		t.Errorf("attributes: %v / %v", reads[2].attrs, reads[0].attrs)
+	}
+	if st := ns.Stats(); st.HotHits == 0 {
+		t.Fatal("no hot hit in the script")
+	}
+}
