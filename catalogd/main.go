@@ -49,6 +49,7 @@ import (
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/catalogd/sqlstore"
+	"github.com/holdfast-dev/holdfast/holdfastotel"
 	"github.com/holdfast-dev/holdfast/holdfastprom"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/holdfast-dev/holdfast/tier"
@@ -99,6 +100,7 @@ type Config struct {
 	Policies        httpapi.Policies
 	ShutdownTimeout time.Duration
 	Pprof           bool
+	OTelEndpoint    string
 	LogLevel        string
 	LogFormat       string
 }
@@ -108,6 +110,11 @@ type Main struct {
 	Config Config
 	Stderr io.Writer
 	Logger *slog.Logger
+	// Telemetry, when set before Run, receives OpenTelemetry metrics and
+	// traces; -otel-endpoint sets it to OTLP/HTTP exporters otherwise.
+	Telemetry Telemetry
+
+	stopTelemetry func(context.Context) error // the exporters -otel-endpoint made
 
 	store   catalog.Store
 	tier    *redis.Lazy
@@ -166,6 +173,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.Policies.Search.TTL, "search-ttl", d.Search.TTL, "search results: time to live")
 	fs.DurationVar(&c.Policies.Search.StaleIfError, "search-stale-if-error", d.Search.StaleIfError, "search results: how long past its TTL a result may be served when fresh data cannot be had (database failing, load limit reached)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for requests in flight")
+	fs.StringVar(&c.OTelEndpoint, "otel-endpoint", "", "send OpenTelemetry metrics (every 15 s) and traces of the reads that leave the hot tier to this OTLP/HTTP collector (a URL, http://127.0.0.1:4318 say), beside /metrics; none by default")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin listener (needs -admin-addr)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug (logs every request), info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -337,8 +345,22 @@ func (m *Main) Run(ctx context.Context) error {
 		log.Warn("no -redis: running on in-process tiers only; each instance caches on its own and updates reach other instances only when their TTLs end")
 	}
 
-	m.cache, err = holdfast.New(holdfast.Options{Shared: shared, MaxConcurrentLoads: c.MaxLoads, Logger: log})
+	if c.OTelEndpoint != "" && m.Telemetry == (Telemetry{}) {
+		if m.Telemetry, m.stopTelemetry, err = otlpTelemetry(ctx, c.OTelEndpoint); err != nil {
+			return err
+		}
+		log.Info("OpenTelemetry: exporting", "endpoint", c.OTelEndpoint)
+	}
+	m.cache, err = holdfast.New(holdfast.Options{Shared: shared, MaxConcurrentLoads: c.MaxLoads, Logger: log, Tracer: m.Telemetry.tracer()})
 	if err != nil {
+		return err
+	}
+	var otelNodes func() []holdfastotel.Node
+	if m.tier != nil {
+		lazy := m.tier
+		otelNodes = func() []holdfastotel.Node { return redisNodes(lazy) }
+	}
+	if err := m.Telemetry.register(m.cache, otelNodes); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -437,6 +459,9 @@ func (m *Main) Close() error {
 	}
 	if m.store != nil {
 		errs = append(errs, m.store.Close())
+	}
+	if m.stopTelemetry != nil {
+		errs = append(errs, m.stopTelemetry(ctx))
 	}
 	return errors.Join(errs...)
 }
