@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -72,5 +73,15 @@ func TestTelemetry(t *testing.T) {
 	}
 	if reads != 2 {
 		t.Fatalf("holdfast.reads for product = %d, want 2", reads)
+	}
+	// The Prometheus exporter, fed by the same Stats, says the same.
+	resp, err := http.Get(m.server.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `holdfast_reads_total{namespace="product"} 2`; !strings.Contains(string(body), want) {
+		t.Fatalf("/metrics lacks %q", want)
 	}
 }
