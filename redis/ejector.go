@@ -118,6 +118,15 @@ func (e *ejector) eject(now time.Time, jitter float64) {
 // after another run rather than on every failure.
 func (e *ejector) refuse() { e.consecutive = 0 }
 
+// probeNow makes an ejected node's next probe due at now, its backoff
+// started over.
+func (e *ejector) probeNow(now time.Time) {
+	if e.ejected {
+		e.backoff = e.base
+		e.nextProbe = now
+	}
+}
+
 // probeDue reports whether an ejected node should be probed now.
 func (e *ejector) probeDue(now time.Time) bool {
 	return e.ejected && !now.Before(e.nextProbe)

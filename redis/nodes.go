@@ -212,6 +212,23 @@ func singleNodeOption(o Options, addr string) rueidis.ClientOption {
 	return co
 }
 
+// probeEjectedNow makes every ejected node's next probe due now, its
+// backoff started over (see Tier.streamRecovered).
+func (s *nodeSet) probeEjectedNow() {
+	now := s.clock()
+	s.mu.Lock()
+	nodes := make([]*node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		nodes = append(nodes, n)
+	}
+	s.mu.Unlock()
+	for _, n := range nodes {
+		n.mu.Lock()
+		n.ej.probeNow(now)
+		n.mu.Unlock()
+	}
+}
+
 // liveAddrs returns the addresses of the nodes not ejected.
 func (s *nodeSet) liveAddrs() []string {
 	s.mu.Lock()

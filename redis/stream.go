@@ -117,6 +117,7 @@ func (t *Tier) Listen(ctx context.Context, l tier.Listener) {
 			wait = streamBackoff
 		}
 		call(l.Lost)
+		t.streamLost.Store(true)
 		t.stats.streamLosses.add(1)
 		timer := time.NewTimer(time.Duration(rand.Int64N(int64(wait))) + wait/2)
 		select {
@@ -150,6 +151,9 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 			if m.Channel == hb {
 				last.Store(time.Now().UnixNano())
 				gotOne.Store(true)
+				if t.streamLost.CompareAndSwap(true, false) {
+					t.streamRecovered()
+				}
 				call(l.Heard)
 				return
 			}
@@ -183,6 +187,21 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 			}
 			t.heartbeat(ctx, hb, now)
 		}
+	}
+}
+
+// streamRecovered runs when the stream's heartbeat comes back after a loss:
+// a round trip through Redis has just succeeded. An outage doubles the
+// breaker's open interval (up to Breaker.MaxOpenTimeout, 30 s) and each
+// ejected node's probe interval (up to Cluster.MaxProbeInterval, 10 s), so
+// without this the tier would go on bypassing Redis for seconds after it
+// came back, and the Cache serve last-known-good values that announcements
+// queued meanwhile have made old. Both are cut short: the breaker's probes
+// and the nodes' go out now, and each must still succeed.
+func (t *Tier) streamRecovered() {
+	t.br.Recovered()
+	if t.nodes != nil {
+		t.nodes.probeEjectedNow()
 	}
 }
 

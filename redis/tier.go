@@ -39,6 +39,9 @@ type Tier struct {
 
 	// streamID names this tier's heartbeat channel (stream.go).
 	streamID string
+	// streamLost is set when the stream reports a loss, cleared by the
+	// heartbeat that ends it (streamRecovered).
+	streamLost atomic.Bool
 
 	// mu orders guard goroutines' wg.Add before Close's wg.Wait.
 	mu sync.RWMutex

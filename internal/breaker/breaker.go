@@ -231,6 +231,16 @@ func (c *core) done(gen uint64, o Outcome, now time.Time) {
 	}
 }
 
+// recovered cuts an open interval short: evidence from outside the calls
+// says the server answers again. The backoff starts over; the probes
+// still decide whether the breaker closes.
+func (c *core) recovered(now time.Time) {
+	if c.state == Open {
+		c.openFor = c.s.OpenTimeout
+		c.openUntil = now
+	}
+}
+
 // record adds one call to the rolling window and returns the window's
 // totals.
 func (c *core) record(now time.Time, failed bool) (calls, failures int) {
@@ -318,6 +328,19 @@ func (b *Breaker) Done(gen uint64, o Outcome) {
 	now := b.now()
 	b.mu.Lock()
 	b.core.done(gen, o, now)
+	b.publish()
+	b.mu.Unlock()
+}
+
+// Recovered tells the breaker that the server answers again, seen outside
+// the calls it guards (the Redis tier's invalidation stream heard its own
+// heartbeat after a loss): an open breaker lets its probes through at once
+// instead of at the end of an interval an outage may have doubled several
+// times, and its backoff starts over.
+func (b *Breaker) Recovered() {
+	now := b.now()
+	b.mu.Lock()
+	b.core.recovered(now)
 	b.publish()
 	b.mu.Unlock()
 }

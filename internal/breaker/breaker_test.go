@@ -230,3 +230,33 @@ func TestSettingsValidate(t *testing.T) {
 		}
 	}
 }
+
+// Recovered lets an open breaker's probes through at once, its backoff
+// started over, and does nothing to a closed one.
+func TestRecoveredCutsTheOpenIntervalShort(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	b.Recovered()
+	wantState(t, b, Closed)
+	openBreaker(t, b)
+	for range 4 { // probes fail: 1, 2, 4, 8 s
+		c.add(DefaultMaxOpenTimeout)
+		call(b, Failure)
+	}
+	wantState(t, b, Open)
+	if call(b, Success) {
+		t.Fatal("a probe went through during the open interval")
+	}
+	b.Recovered()
+	if !call(b, Failure) { // the server is not back after all
+		t.Fatal("a probe refused after Recovered")
+	}
+	// The backoff started over: the failed probe reopens for 2 s, not 32.
+	c.add(2 * DefaultOpenTimeout)
+	for i := range DefaultProbes {
+		if !call(b, Success) {
+			t.Fatalf("probe %d refused 2 s after a failed probe that followed Recovered", i)
+		}
+	}
+	wantState(t, b, Closed)
+}
