@@ -131,6 +131,10 @@ func (c *Cache) watchStream() {
 					n.c.logger().Warn("holdfast: invalidation stream unheard; hot tier emptied until it is heard again", "namespace", n.name, "unheard", time.Duration(unheard))
 				}
 			case !gap && stale:
+				// Invalidations this process queued during the gap go
+				// out now, not at the next ReplayInterval: the other
+				// processes hear them only once they are replayed.
+				n.replayPending(c.ctx)
 				ok = n.revalidate(c.ctx) && ok
 				n.hotOff.Store(false)
 			}

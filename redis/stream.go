@@ -55,7 +55,7 @@ const lostAfterHeartbeats = 5
 // maxStreamBackoff.
 const (
 	streamBackoff    = 50 * time.Millisecond
-	maxStreamBackoff = 2 * time.Second
+	maxStreamBackoff = 500 * time.Millisecond // a dial a node at most; the gap it may add to an outage's end is what counts
 )
 
 // announcementMagic starts every announcement, to tell it from any other
