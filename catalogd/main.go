@@ -355,12 +355,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var otelNodes func() []holdfastotel.Node
+	var otelRedis holdfastotel.Options
 	if m.tier != nil {
 		lazy := m.tier
-		otelNodes = func() []holdfastotel.Node { return redisNodes(lazy) }
+		otelRedis.Nodes = func() []holdfastotel.Node { return redisNodes(lazy) }
+		otelRedis.Breaker = func() (holdfastotel.Breaker, bool) { return redisBreaker(lazy) }
 	}
-	if err := m.Telemetry.register(m.cache, otelNodes); err != nil {
+	if err := m.Telemetry.register(m.cache, otelRedis); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()

@@ -57,11 +57,13 @@ func (t Telemetry) tracer() holdfast.Tracer {
 	return holdfastotel.NewTracer(t.Tracers, holdfastotel.TraceOptions{KeyNamespaces: []string{httpapi.NamespaceProduct, httpapi.NamespaceStock}})
 }
 
-// register exports c's instruments to t's meters, when it has some.
-func (t Telemetry) register(c *holdfast.Cache, nodes func() []holdfastotel.Node) error {
+// register exports c's instruments to t's meters, when it has some; o
+// says where the Redis nodes and breaker come from.
+func (t Telemetry) register(c *holdfast.Cache, o holdfastotel.Options) error {
 	if t.Meters == nil {
 		return nil
 	}
-	_, err := holdfastotel.Register(t.Meters, c, holdfastotel.Options{Nodes: nodes})
+	o.HotKeyNamespaces = []string{httpapi.NamespaceProduct, httpapi.NamespaceStock}
+	_, err := holdfastotel.Register(t.Meters, c, o)
 	return err
 }

@@ -109,11 +109,29 @@ var instruments = []instrument{
 // any tier that has nodes.
 type Node = tier.Node
 
+// Breaker is the shared tier's breaker as the tier reports it (package
+// redis, Tier.Stats); the caller converts.
+type Breaker = tier.Breaker
+
+// MaxHotKeyAttributes is how many hot keys per namespace are reported with
+// their key as an attribute: keys are unbounded, a metric's series must not
+// be.
+const MaxHotKeyAttributes = 10
+
 // Options configures Register.
 type Options struct {
 	// Nodes, when set, is called at each collection for the Redis nodes'
 	// health: holdfast.redis.node.* per node.
 	Nodes func() []Node
+	// Breaker, when set, is called at each collection for the shared
+	// tier's breaker (false while there is none yet):
+	// holdfast.redis.breaker.*.
+	Breaker func() (Breaker, bool)
+	// HotKeyNamespaces names the namespaces whose hottest keys are reported
+	// with the key as an attribute (holdfast.hot_key.rate). None by
+	// default: a key can be user input (a search query) that must not be
+	// copied into the monitoring system.
+	HotKeyNamespaces []string
 }
 
 // Exporter is a Cache's OpenTelemetry instruments; it is also the Cache's
@@ -166,6 +184,15 @@ func Register(mp metric.MeterProvider, c *holdfast.Cache, o Options) (*Exporter,
 	if o.Nodes != nil {
 		all = append(all, nodes.observables()...)
 	}
+	g, err := newCacheGauges(m)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, g.observables(o.Breaker != nil)...)
+	keyAttrs := map[string]bool{}
+	for _, ns := range o.HotKeyNamespaces {
+		keyAttrs[ns] = true
+	}
 	e.reg, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		for name, s := range c.Stats() {
 			set := metric.WithAttributeSet(attribute.NewSet(attribute.String("holdfast.namespace", name)))
@@ -174,9 +201,16 @@ func Register(mp metric.MeterProvider, c *holdfast.Cache, o Options) (*Exporter,
 				obs.ObserveInt64(observers[i], int64(v.FieldByName(in.field).Uint()), set)
 			}
 			obs.ObserveFloat64(unheard, float64(s.UnheardMillis)/1000, set)
+			g.observeCapabilities(obs, name, s.Capabilities)
 		}
+		g.observeCache(obs, c, keyAttrs)
 		if o.Nodes != nil {
 			nodes.observe(obs, o.Nodes())
+		}
+		if o.Breaker != nil {
+			if b, ok := o.Breaker(); ok {
+				g.observeBreaker(obs, b)
+			}
 		}
 		return nil
 	}, all...)
@@ -272,4 +306,87 @@ func InstrumentName(field string) string {
 		}
 	}
 	return ""
+}
+
+// cacheGauges are the instruments beside Stats': capabilities, loads in
+// flight, hot-key rates, the breaker.
+type cacheGauges struct {
+	capability, inFlight, breakerState metric.Int64ObservableGauge
+	hottest, hotKey                    metric.Float64ObservableGauge
+	opens, transitions                 metric.Int64ObservableCounter
+}
+
+func newCacheGauges(m metric.Meter) (*cacheGauges, error) {
+	var g cacheGauges
+	var errs [7]error
+	g.capability, errs[0] = m.Int64ObservableGauge("holdfast.capability", metric.WithUnit("1"),
+		metric.WithDescription("1 when the namespace uses the shared tier's capability (attribute holdfast.capability: versions, leases, smearing, hot_sharing, stream), else 0."))
+	g.inFlight, errs[1] = m.Int64ObservableGauge("holdfast.loads.in_flight", metric.WithUnit("{load}"),
+		metric.WithDescription("Loader calls holding a slot of the cache-wide load limit."))
+	g.hottest, errs[2] = m.Float64ObservableGauge("holdfast.hottest_key.rate", metric.WithUnit("{read}/s"),
+		metric.WithDescription("Estimated read rate of the namespace's hottest key, without the key."))
+	g.hotKey, errs[3] = m.Float64ObservableGauge("holdfast.hot_key.rate", metric.WithUnit("{read}/s"),
+		metric.WithDescription("Estimated read rate of the hottest keys (attribute holdfast.key), for the namespaces in Options.HotKeyNamespaces."))
+	g.breakerState, errs[4] = m.Int64ObservableGauge("holdfast.redis.breaker.state", metric.WithUnit("1"),
+		metric.WithDescription("1 for the shared tier's breaker's state (attribute holdfast.breaker.state: closed, open, half_open)."))
+	g.opens, errs[5] = m.Int64ObservableCounter("holdfast.redis.breaker.opens", metric.WithUnit("{open}"),
+		metric.WithDescription("Times the shared tier's breaker opened."))
+	g.transitions, errs[6] = m.Int64ObservableCounter("holdfast.redis.breaker.transitions", metric.WithUnit("{transition}"),
+		metric.WithDescription("The shared tier's breaker's state changes."))
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("holdfastotel: %w", err)
+		}
+	}
+	return &g, nil
+}
+
+func (g *cacheGauges) observables(breaker bool) []metric.Observable {
+	out := []metric.Observable{g.capability, g.inFlight, g.hottest, g.hotKey}
+	if breaker {
+		out = append(out, g.breakerState, g.opens, g.transitions)
+	}
+	return out
+}
+
+func (g *cacheGauges) observeCapabilities(obs metric.Observer, ns string, cp holdfast.Capabilities) {
+	for _, c := range []struct {
+		name string
+		on   bool
+	}{{"versions", cp.Versions}, {"leases", cp.Leases}, {"smearing", cp.Smearing}, {"hot_sharing", cp.HotSharing}, {"stream", cp.Stream}} {
+		v := int64(0)
+		if c.on {
+			v = 1
+		}
+		obs.ObserveInt64(g.capability, v, metric.WithAttributes(attribute.String("holdfast.namespace", ns), attribute.String("holdfast.capability", c.name)))
+	}
+}
+
+func (g *cacheGauges) observeCache(obs metric.Observer, c *holdfast.Cache, keyAttrs map[string]bool) {
+	obs.ObserveInt64(g.inFlight, int64(c.LoadsInFlight()))
+	for ns, keys := range c.HotKeys() {
+		hottest := 0.0
+		if len(keys) > 0 {
+			hottest = keys[0].Rate // fastest first
+		}
+		obs.ObserveFloat64(g.hottest, hottest, metric.WithAttributes(attribute.String("holdfast.namespace", ns)))
+		if !keyAttrs[ns] {
+			continue
+		}
+		for _, k := range keys[:min(len(keys), MaxHotKeyAttributes)] {
+			obs.ObserveFloat64(g.hotKey, k.Rate, metric.WithAttributes(attribute.String("holdfast.namespace", ns), attribute.String("holdfast.key", k.Key)))
+		}
+	}
+}
+
+func (g *cacheGauges) observeBreaker(obs metric.Observer, b Breaker) {
+	for _, st := range []string{"closed", "open", "half_open"} {
+		v := int64(0)
+		if st == b.State {
+			v = 1
+		}
+		obs.ObserveInt64(g.breakerState, v, metric.WithAttributes(attribute.String("holdfast.breaker.state", st)))
+	}
+	obs.ObserveInt64(g.opens, int64(b.Opens))
+	obs.ObserveInt64(g.transitions, int64(b.Transitions))
 }

@@ -108,9 +108,15 @@ func TestMetricsEqualStats(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	ns, c := script(context.Background(), t, holdfast.Options{})
-	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{Nodes: func() []holdfastotel.Node {
-		return []holdfastotel.Node{{Addr: "127.0.0.1:7000", Primary: true, State: "ready", Requests: 9, Reads: 7, ReadShare: 1}}
-	}}); err != nil {
+	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{
+		Nodes: func() []holdfastotel.Node {
+			return []holdfastotel.Node{{Addr: "127.0.0.1:7000", Primary: true, State: "ready", Requests: 9, Reads: 7, ReadShare: 1}}
+		},
+		Breaker: func() (holdfastotel.Breaker, bool) {
+			return holdfastotel.Breaker{State: "half_open", Opens: 3, Transitions: 5}, true
+		},
+		HotKeyNamespaces: []string{"product"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{}); err == nil {
@@ -126,7 +132,7 @@ func TestMetricsEqualStats(t *testing.T) {
 	st := ns.Stats()
 	got := map[string]int64{}
 	var loads uint64
-	var nodeReads int64
+	var nodeReads, breakerOpens, leases, halfOpen int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
@@ -135,13 +141,23 @@ func TestMetricsEqualStats(t *testing.T) {
 					if v, ok := p.Attributes.Value("holdfast.namespace"); ok && v.AsString() == "product" {
 						got[m.Name] = p.Value
 					}
-					if m.Name == "holdfast.redis.node.reads" {
+					switch m.Name {
+					case "holdfast.redis.node.reads":
 						nodeReads = p.Value
+					case "holdfast.redis.breaker.opens":
+						breakerOpens = p.Value
 					}
 				}
 			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
-					if v, ok := p.Attributes.Value("holdfast.namespace"); ok && v.AsString() == "product" {
+					capName, isCap := p.Attributes.Value("holdfast.capability")
+					state, isState := p.Attributes.Value("holdfast.breaker.state")
+					switch v, ok := p.Attributes.Value("holdfast.namespace"); {
+					case isCap && capName.AsString() == "leases" && ok && v.AsString() == "product":
+						leases = p.Value
+					case isState && state.AsString() == "half_open":
+						halfOpen = p.Value
+					case ok && v.AsString() == "product" && !isCap:
 						got[m.Name] = p.Value
 					}
 				}
@@ -182,8 +198,11 @@ func TestMetricsEqualStats(t *testing.T) {
 	if loads != 1 {
 		t.Errorf("load histogram count %d, want 1 (the load after Register)", loads)
 	}
-	if nodeReads != 7 {
-		t.Errorf("node reads %d, want 7", nodeReads)
+	if nodeReads != 7 || breakerOpens != 3 || halfOpen != 1 {
+		t.Errorf("node reads %d, breaker opens %d, half-open %d; want 7, 3, 1", nodeReads, breakerOpens, halfOpen)
+	}
+	if leases != 1 {
+		t.Errorf("holdfast.capability{leases} = %d, want 1", leases)
 	}
 }
 

@@ -1,17 +1,13 @@
 package holdfastprom
 
 import (
+	"github.com/holdfast-dev/holdfast/tier"
 	prom "github.com/prometheus/client_golang/prometheus"
 )
 
-// Breaker is a shared tier's circuit breaker as the tier reports it (package
-// redis, Tier.Stats): standalone or Cluster, a tier has one. This package
-// does not import the tier; the caller converts, as for Node.
-type Breaker struct {
-	State       string // "closed", "open" or "half_open"
-	Opens       uint64 // times it opened
-	Transitions uint64 // state changes
-}
+// Breaker is the shared tier's breaker as the tier reports it (package
+// redis, Tier.Stats); the caller converts.
+type Breaker = tier.Breaker
 
 // BreakerStates are the values of the state label of
 // holdfast_redis_breaker_state.

@@ -216,3 +216,11 @@ type Node struct {
 	ReadShare float64
 	Ejections uint64
 }
+
+// Breaker is a shared tier's circuit breaker as the tier reports it, for
+// the exporters.
+type Breaker struct {
+	State       string // "closed", "open" or "half_open"
+	Opens       uint64 // times it opened
+	Transitions uint64 // state changes
+}
