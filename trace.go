@@ -105,13 +105,6 @@ func either(cond bool, yes, no string) string {
 	return no
 }
 
-// endStage ends st, when there is one.
-func endStage(st StageTrace, r StageResult) {
-	if st != nil {
-		st.End(r)
-	}
-}
-
 // sharedReadTraced is sharedGet inside a traced stage: the node the tier
 // reports, and the outcome.
 func (n *Namespace) sharedReadTraced(ctx context.Context, key string) (meta, tierStatus) {
