@@ -58,6 +58,14 @@ type ReaderConfig struct {
 	// read at least this many times a second in the process (Hot.Keys =
 	// HotDetected with this Threshold) instead of the library's default.
 	HotThreshold float64
+	// HotShare makes holdfast's namespace exchange the keys it finds hot
+	// with the other processes through Redis (Hot.Share, every
+	// Options.HotShareInterval, the library's 5 s), which also gives it the
+	// library's warm start: at Cache.Namespace, the values of the keys in
+	// the shared hot set are read into the hot tier. NoWarmStart turns the
+	// warm start off (Hot.NoWarmStart) and keeps the sharing. The naive
+	// mode has neither.
+	HotShare, NoWarmStart bool
 	// LocalTTL, when positive, puts an in-process TTL cache in front of the
 	// naive mode's Redis (the usual two-level cache: a local map whose
 	// entries live LocalTTL, then cache-aside over Redis). Zero: none, every
