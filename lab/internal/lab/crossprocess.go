@@ -244,13 +244,17 @@ func IsChild() bool { return os.Getenv(childEnv) != "" }
 
 // ChildMain runs the child side of a scenario with processes of its own,
 // by the kind its environment names: update-propagation's readers (see
-// propagationChildMain), or cross-process-stampede's, which build the mode
+// propagationChildMain), hot-key-warm-start's processes (see
+// warmStartChildMain), or cross-process-stampede's, which build the mode
 // over the given Redis with their own 200 ms source, print "ready", and
 // answer each "go KEY" line with a burst of goroutines on KEY. It returns
 // the process's exit code when stdin ends.
 func ChildMain(stdin io.Reader, stdout io.Writer) int {
-	if os.Getenv(childEnv) == propagationChildKind {
+	switch os.Getenv(childEnv) {
+	case propagationChildKind:
 		return propagationChildMain(stdin, stdout)
+	case warmChildKind:
+		return warmStartChildMain(stdin, stdout)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "holdfast-lab child: %v\n", err)

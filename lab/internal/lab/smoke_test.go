@@ -94,6 +94,11 @@ func TestSmokeAllScenarios(t *testing.T) {
 var smokeFigures = map[string][]string{
 	"node-freeze":    {"healthy_keys_p99_ratio"},
 	"replica-resync": {"unready_replica_reads", "unready_replica_server_reads"},
+	// Shortened, the older processes have not shared their hot keys yet
+	// (every 5 s) when the late one starts, nor found them hot, maybe: the
+	// ratios need a share of theirs above 0.
+	"hot-key-warm-start": {"warm_start_hot_share", "cold_start_hot_share", "older_hot_share",
+		"warm_start_keys", "warm_start_bytes", "warm_start_window_reads", "cold_start_window_reads"},
 	"update-propagation": {"propagation_p50_ms", "propagation_p99_ms", "propagation_max_ms",
 		"old_reads_past_bound", "old_reads_during_freeze", "errors", "hot_share_before_freeze",
 		"hot_share_during_freeze", "converge_after_thaw_ms"},
