@@ -19,6 +19,11 @@ type meta struct {
 	// not known (a value read from the shared tier). It never leaves the
 	// process.
 	ver uint64
+	// demoted is set on a last-known-good copy another process's
+	// invalidation superseded (stream.go): a fallback for a failed load
+	// within its stale-if-error window, never served as current. It never
+	// leaves the process.
+	demoted bool
 }
 
 // decodeMeta decodes an envelope (tier.DecodeEntry) into the form the

@@ -178,7 +178,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 		// served while within its hard time, so an
 		// outage costs one load per key per hard TTL, not one per read.
 		lm := n.lkg.Get(key, now)
-		if lm == nil || now >= lm.hard {
+		if lm == nil || now >= lm.hard || lm.demoted {
 			break
 		}
 		if now < lm.soft {

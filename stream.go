@@ -172,12 +172,12 @@ func (n *Namespace) invalidatedElsewhere(key string, at int64) {
 		applied = true
 	}
 	if n.lkg != nil {
-		// Kept as a fallback for stale-if-error, never again served as
-		// current: past its hard time from now on.
-		if m := n.lkg.Get(key, now); m != nil && m.origin < at && m.hard > now {
+		// Kept as a fallback for a failed load, within the stale-if-error
+		// window it had, but never again served as current.
+		if m := n.lkg.Get(key, now); m != nil && m.origin <= at && !m.demoted {
 			d := *m
-			d.soft, d.hard = min(d.soft, now), now
-			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), now+int64(n.p.StaleIfError))
+			d.demoted = true
+			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), m.hard+int64(n.p.StaleIfError))
 			applied = true
 		}
 	}

@@ -184,8 +184,8 @@ func TestInvalidationHeardDemotesLastKnownGood(t *testing.T) {
 	}
 	src.fail(errors.New("db down"))
 	res, err := b.Get(context.Background(), "p2", src)
-	if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "p2@0" {
-		t.Fatalf("shared tier and source down: %q from %v (%v), want the demoted p2@0 stale-on-error", res.Value, res.Source, err)
+	if err != nil || !res.Stale() || string(res.Value) != "p2@0" {
+		t.Fatalf("shared tier and source down: %q from %v (%v), want the demoted p2@0, stale", res.Value, res.Source, err)
 	}
 }
 
@@ -227,4 +227,29 @@ func newListeningNS(t *testing.T, opts holdfast.Options, p holdfast.Policy) *hol
 	c := newCache(t, opts)
 	eventually(t, "the stream to be heard", func() bool { return c.Stream().Heard })
 	return newNS(t, c, "product", p)
+}
+
+// A demoted copy keeps the stale-if-error window it had: a failed load
+// past its hard time, within hard + StaleIfError, still gets it, however
+// long before that another process invalidated it.
+func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	src := &source{}
+	p := holdfast.Policy{TTL: time.Second, StaleIfError: 10 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}}
+	a := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
+	b := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
+	mustGet(t, b, "p1", src)
+	src.update("p1")
+	if err := a.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to hear it", func() bool { return b.Stats().InvalidationsApplied == 1 })
+	clk.Advance(10500 * time.Millisecond) // past hard (1 s), within hard + 10 s
+	shared.Fail(inmem.ErrInjected)
+	src.fail(errors.New("db down"))
+	res, err := b.Get(context.Background(), "p1", src)
+	if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "p1@0" {
+		t.Fatalf("10.5 s on, shared tier and source down: %q from %v (%v), want p1@0 stale-on-error", res.Value, res.Source, err)
+	}
 }
