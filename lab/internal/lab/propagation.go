@@ -228,12 +228,8 @@ type propChildConfig struct {
 type propChildMsg struct {
 	// Reads: [scheduled offset ns, start Unix ns, end Unix ns, key, version
 	// (-1: no value), 1 if the in-process tier answered, Outcome].
-	Reads          [][7]int64         `json:"reads,omitempty"`
-	Done           bool               `json:"done,omitempty"`
-	Stats          map[string]float64 `json:"stats,omitempty"`
-	Loads          int64              `json:"loads,omitempty"`
-	LoadsWindow    int64              `json:"loads_window,omitempty"`
-	LoadsPerSecond []int64            `json:"loads_per_second,omitempty"`
+	Reads [][7]int64 `json:"reads,omitempty"`
+	childTotals
 	// Flags: when each of the process's healthFlags changed, [Unix ns,
 	// 1 / 0], its state at the start first; empty for a mode without them.
 	Flags map[string][][2]int64 `json:"flags,omitempty"`
@@ -274,46 +270,22 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 
 	cctx, cancel := context.WithTimeout(ctx, r.d+3*time.Minute)
 	defer cancel()
-	var kids []*child
-	clean := false
-	defer func() {
-		for _, k := range kids {
-			if clean {
-				err = errors.Join(err, k.close())
-			} else {
-				k.kill()
-			}
-		}
-	}()
-	for i := range propReaders {
-		cfg, err := json.Marshal(propChildConfig{Mode: m.Name, Addrs: c.Addrs(), Versions: vs.Addr(),
-			Reader: i, Readers: propReaders, Duration: r.d, Freeze: r.freeze})
-		if err != nil {
-			return res, err
-		}
-		k, err := launchChild(cctx, childEnv+"="+propagationChildKind, propConfigEnv+"="+string(cfg))
-		if err != nil {
-			return res, err
-		}
-		kids = append(kids, k)
+	cfgs := make([]propChildConfig, propReaders)
+	for i := range cfgs {
+		cfgs[i] = propChildConfig{Mode: m.Name, Addrs: c.Addrs(), Versions: vs.Addr(),
+			Reader: i, Readers: propReaders, Duration: r.d, Freeze: r.freeze}
 	}
-	// They warm up side by side; each says ready once it has read every key
-	// once and, with a stream, hears it.
-	for _, k := range kids {
-		if err := k.waitReady(90 * time.Second); err != nil {
-			return res, fmt.Errorf("reader process: %w", err)
-		}
+	// Each says ready once it has read every key once and, with a stream,
+	// hears it.
+	procs, err := startReaderProcs(cctx, propagationChildKind, propConfigEnv, cfgs, 90*time.Second)
+	defer func() { err = errors.Join(err, procs.close()) }()
+	if err != nil {
+		return res, err
 	}
-	ops0 := make([]int64, len(c.Nodes))
-	for i, n := range c.Nodes {
-		ops0[i], _ = CommandsProcessed(n.Addr())
-	}
-
+	ops0 := nodeOps(c)
 	start := time.Now().Add(300 * time.Millisecond)
-	for _, k := range kids {
-		if _, err := fmt.Fprintf(k.in, "go %d\n", start.UnixNano()); err != nil {
-			return res, err
-		}
+	if err := procs.begin(start); err != nil {
+		return res, err
 	}
 	o.Progress.Begin(o.label(m), r.d)
 
@@ -357,7 +329,7 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 	rec := NewRecorder(r.freeze[0], r.freeze[1])
 	res.Extra = map[string]float64{}
 	var loadsPerSecond []int64
-	for i, k := range kids {
+	for i, k := range procs.kids {
 		reads, done, err := receivePropagation(k)
 		if err != nil {
 			return res, fmt.Errorf("reader process %d: %w", i, err)
@@ -367,38 +339,11 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 		}
 		in.Reads = append(in.Reads, reads)
 		in.Flags = append(in.Flags, flagEdges(done.Flags))
-		for name, v := range done.Stats {
-			res.Extra[name] += v
-		}
-		res.LoaderCalls += done.Loads
-		res.Window.LoaderCalls += done.LoadsWindow
-		for s, n := range done.LoadsPerSecond {
-			for len(loadsPerSecond) <= s {
-				loadsPerSecond = append(loadsPerSecond, 0)
-			}
-			loadsPerSecond[s] += n
-		}
+		done.add(&res, &loadsPerSecond)
 	}
-	clean = true
+	procs.clean = true
 	in.WriterFlags = flagEdges(writerFlags.stop())
-
-	calls, winCalls := res.LoaderCalls, res.Window.LoaderCalls
-	res.Stats = rec.Overall()
-	res.Window = rec.Window()
-	res.LoaderCalls, res.Window.LoaderCalls = calls, winCalls
-	res.Series = rec.Seconds(secondsIn(r.d))
-	for s, n := range loadsPerSecond {
-		if s < len(res.Series) {
-			res.Series[s].LoaderCalls = n
-		}
-	}
-	for i, n := range c.Nodes {
-		role, err := Role(n.Addr())
-		if err != nil {
-			role = "unknown"
-		}
-		res.Nodes = append(res.Nodes, Node{Addr: n.Addr(), Role: role, Ops: opsSince(n.Addr(), ops0[i])})
-	}
+	finishProcResult(&res, rec, r.d, loadsPerSecond, c, ops0)
 	for name, v := range writer.Stats() {
 		if strings.Contains(name, "invalidation") || strings.Contains(name, "delete") {
 			res.Extra["writer_"+name] = v
@@ -456,22 +401,16 @@ func (r *propRun) write(ctx context.Context, start time.Time, w Reader, src *Sou
 // receivePropagation reads a reader process's results.
 func receivePropagation(k *child) ([]propRead, propChildMsg, error) {
 	var reads []propRead
-	for {
-		if !k.out.Scan() {
-			return nil, propChildMsg{}, fmt.Errorf("ended before its results: %v", k.out.Err())
-		}
-		var msg propChildMsg
-		if err := json.Unmarshal(k.out.Bytes(), &msg); err != nil {
-			return nil, msg, err
-		}
+	var done propChildMsg
+	err := receiveLines(k, func(msg *propChildMsg) bool {
 		for _, a := range msg.Reads {
 			reads = append(reads, propRead{At: time.Duration(a[0]), Start: a[1], End: a[2],
 				Key: int(a[3]), Ver: a[4], Local: a[5] == 1, Out: Outcome(a[6])})
 		}
-		if msg.Done {
-			return reads, msg, nil
-		}
-	}
+		done = *msg
+		return msg.Done
+	})
+	return reads, done, err
 }
 
 // propagationChildMain is a reader process of update-propagation: it builds
@@ -492,14 +431,9 @@ func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
 	if cfg.Readers <= 0 || cfg.Reader < 0 || cfg.Reader >= cfg.Readers || cfg.Duration <= 0 {
 		return fail(fmt.Errorf("bad config %+v", cfg))
 	}
-	var mode *Mode
-	for i := range Modes {
-		if Modes[i].Name == cfg.Mode {
-			mode = &Modes[i]
-		}
-	}
-	if mode == nil {
-		return fail(fmt.Errorf("no mode %q", cfg.Mode))
+	mode, err := modeNamed(cfg.Mode)
+	if err != nil {
+		return fail(err)
 	}
 	ctx := context.Background()
 	vc := &versionClient{addr: cfg.Versions, idle: make(chan *versionConn, 2*baseCap)}
@@ -519,28 +453,19 @@ func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
 	if err := warm(f, productKeys(propKeys), baseLoader); err != nil {
 		return fail(err)
 	}
-	stream := streamStatus(r)
-	if stream != nil {
-		deadline := time.Now().Add(30 * time.Second)
-		for !stream().Heard {
-			if time.Now().After(deadline) {
-				return fail(errors.New("the invalidation stream was not heard within 30 s"))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	if err := waitHeard(r, 30*time.Second); err != nil {
+		return fail(err)
 	}
 	fmt.Fprintln(stdout, "ready")
 
 	in := bufio.NewScanner(stdin)
-	if !in.Scan() {
+	start, ok, err := readStart(in)
+	if err != nil {
+		return fail(err)
+	}
+	if !ok {
 		return 0 // the lab gave up before the run
 	}
-	ns, ok := strings.CutPrefix(in.Text(), "go ")
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil {
-		return fail(fmt.Errorf("bad command %q", in.Text()))
-	}
-	start := time.Unix(0, n)
 	src.Begin(start, cfg.Freeze[0], cfg.Freeze[1])
 	var mine []Request
 	for i, q := range propagationSchedule(cfg.Duration) {
@@ -585,8 +510,8 @@ func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
 		}
 	}
 	total, win := src.Calls()
-	done := propChildMsg{Done: true, Stats: r.Stats(), Loads: total, LoadsWindow: win,
-		LoadsPerSecond: src.CallsPerSecond(), Flags: sampled}
+	done := propChildMsg{Flags: sampled, childTotals: childTotals{Done: true, Stats: r.Stats(),
+		Loads: total, LoadsWindow: win, LoadsPerSecond: src.CallsPerSecond()}}
 	if err := enc.Encode(done); err != nil {
 		return fail(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -182,16 +181,12 @@ func (c warmChildConfig) readerConfig(load func(context.Context, string) ([]byte
 type warmChildMsg struct {
 	// Reads: [scheduled offset ns, latency from the scheduled start ns,
 	// 1 if the in-process tier answered, Outcome].
-	Reads       [][4]int64         `json:"reads,omitempty"`
-	Done        bool               `json:"done,omitempty"`
-	Stats       map[string]float64 `json:"stats,omitempty"`
-	Loads       int64              `json:"loads,omitempty"`
-	LoadsWindow int64              `json:"loads_window,omitempty"`
+	Reads [][4]int64 `json:"reads,omitempty"`
 	// A late process's: from the scheduled start to its Cache built, and
 	// to the last growth of its WarmStartKeys (0: none seen).
-	BuiltNS        int64   `json:"built_ns,omitempty"`
-	WarmLastKeyNS  int64   `json:"warm_last_key_ns,omitempty"`
-	LoadsPerSecond []int64 `json:"loads_per_second,omitempty"`
+	BuiltNS       int64 `json:"built_ns,omitempty"`
+	WarmLastKeyNS int64 `json:"warm_last_key_ns,omitempty"`
+	childTotals
 }
 
 // warmRead is one read of a process.
@@ -222,17 +217,6 @@ func warmStartRun(ctx context.Context, o Options, m Mode, d, late time.Duration,
 
 	cctx, cancel := context.WithTimeout(ctx, d+3*time.Minute)
 	defer cancel()
-	var kids []*child
-	clean := false
-	defer func() {
-		for _, k := range kids {
-			if clean {
-				err = errors.Join(err, k.close())
-			} else {
-				k.kill()
-			}
-		}
-	}()
 	cfgs := make([]warmChildConfig, 0, warmOlder+2)
 	for i := range warmOlder {
 		cfgs = append(cfgs, warmChildConfig{Role: warmRoleOlder, Reader: i})
@@ -240,31 +224,16 @@ func warmStartRun(ctx context.Context, o Options, m Mode, d, late time.Duration,
 	cfgs = append(cfgs, warmChildConfig{Role: warmRoleLate}, warmChildConfig{Role: warmRoleControl})
 	for i := range cfgs {
 		cfgs[i].Mode, cfgs[i].Addrs, cfgs[i].Duration, cfgs[i].Late, cfgs[i].Window = m.Name, c.Addrs(), d, late, win
-		b, err := json.Marshal(cfgs[i])
-		if err != nil {
-			return res, err
-		}
-		k, err := launchChild(cctx, childEnv+"="+warmChildKind, warmConfigEnv+"="+string(b))
-		if err != nil {
-			return res, err
-		}
-		kids = append(kids, k)
 	}
-	for _, k := range kids {
-		if err := k.waitReady(90 * time.Second); err != nil {
-			return res, fmt.Errorf("reader process: %w", err)
-		}
+	procs, err := startReaderProcs(cctx, warmChildKind, warmConfigEnv, cfgs, 90*time.Second)
+	defer func() { err = errors.Join(err, procs.close()) }()
+	if err != nil {
+		return res, err
 	}
-	ops0 := make([]int64, len(c.Nodes))
-	for i, n := range c.Nodes {
-		ops0[i], _ = CommandsProcessed(n.Addr())
-	}
-
+	ops0 := nodeOps(c)
 	start := time.Now().Add(300 * time.Millisecond)
-	for _, k := range kids {
-		if _, err := fmt.Fprintf(k.in, "go %d\n", start.UnixNano()); err != nil {
-			return res, err
-		}
+	if err := procs.begin(start); err != nil {
+		return res, err
 	}
 	o.Progress.Begin(o.label(m), d)
 
@@ -274,7 +243,7 @@ func warmStartRun(ctx context.Context, o Options, m Mode, d, late time.Duration,
 	var lateReads, controlReads []warmRead
 	var loadsPerSecond []int64
 	var hot, reads int64
-	for i, k := range kids {
+	for i, k := range procs.kids {
 		rs, done, err := receiveWarmStart(k)
 		if err != nil {
 			return res, fmt.Errorf("%s process %d: %w", cfgs[i].Role, i, err)
@@ -303,40 +272,13 @@ func warmStartRun(ctx context.Context, o Options, m Mode, d, late time.Duration,
 			res.Extra["cold_start_warm_start_keys"] = done.Stats["hf_warm_start_keys"]
 			res.Extra["cold_cache_built_ms"] = ms(time.Duration(done.BuiltNS) - late)
 		}
-		for name, v := range done.Stats {
-			res.Extra[name] += v
-		}
-		res.LoaderCalls += done.Loads
-		res.Window.LoaderCalls += done.LoadsWindow
-		for s, n := range done.LoadsPerSecond {
-			for len(loadsPerSecond) <= s {
-				loadsPerSecond = append(loadsPerSecond, 0)
-			}
-			loadsPerSecond[s] += n
-		}
+		done.add(&res, &loadsPerSecond)
 	}
-	clean = true
+	procs.clean = true
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-
-	calls, winCalls := res.LoaderCalls, res.Window.LoaderCalls
-	res.Stats = rec.Overall()
-	res.Window = rec.Window()
-	res.LoaderCalls, res.Window.LoaderCalls = calls, winCalls
-	res.Series = rec.Seconds(secondsIn(d))
-	for s, n := range loadsPerSecond {
-		if s < len(res.Series) {
-			res.Series[s].LoaderCalls = n
-		}
-	}
-	for i, n := range c.Nodes {
-		role, err := Role(n.Addr())
-		if err != nil {
-			role = "unknown"
-		}
-		res.Nodes = append(res.Nodes, Node{Addr: n.Addr(), Role: role, Ops: opsSince(n.Addr(), ops0[i])})
-	}
+	finishProcResult(&res, rec, d, loadsPerSecond, c, ops0)
 	if reads > 0 {
 		res.Extra["hot_tier_share"] = float64(hot) / float64(reads)
 	}
@@ -425,21 +367,15 @@ func warmStartFigures(older [][]warmRead, late, control []warmRead, win [2]time.
 // receiveWarmStart reads a process's results.
 func receiveWarmStart(k *child) ([]warmRead, warmChildMsg, error) {
 	var reads []warmRead
-	for {
-		if !k.out.Scan() {
-			return nil, warmChildMsg{}, fmt.Errorf("ended before its results: %v", k.out.Err())
-		}
-		var msg warmChildMsg
-		if err := json.Unmarshal(k.out.Bytes(), &msg); err != nil {
-			return nil, msg, err
-		}
+	var done warmChildMsg
+	err := receiveLines(k, func(msg *warmChildMsg) bool {
 		for _, a := range msg.Reads {
 			reads = append(reads, warmRead{At: time.Duration(a[0]), Lat: time.Duration(a[1]), Local: a[2] == 1, Out: Outcome(a[3])})
 		}
-		if msg.Done {
-			return reads, msg, nil
-		}
-	}
+		done = *msg
+		return msg.Done
+	})
+	return reads, done, err
 }
 
 // warmStartChildMain is a process of hot-key-warm-start. An older process
@@ -463,14 +399,9 @@ func warmStartChildMain(stdin io.Reader, stdout io.Writer) int {
 	if cfg.Duration <= 0 || (!lateRole && (cfg.Role != warmRoleOlder || cfg.Reader < 0 || cfg.Reader >= warmOlder)) {
 		return fail(fmt.Errorf("bad config %+v", cfg))
 	}
-	var mode *Mode
-	for i := range Modes {
-		if Modes[i].Name == cfg.Mode {
-			mode = &Modes[i]
-		}
-	}
-	if mode == nil {
-		return fail(fmt.Errorf("no mode %q", cfg.Mode))
+	mode, err := modeNamed(cfg.Mode)
+	if err != nil {
+		return fail(err)
 	}
 	ctx := context.Background()
 	src := NewSource(SourceConfig{Latency: baseLoader, Cap: baseCap})
@@ -498,28 +429,20 @@ func warmStartChildMain(stdin io.Reader, stdout io.Writer) int {
 		if err := build(); err != nil {
 			return fail(err)
 		}
-		if stream := streamStatus(r); stream != nil {
-			deadline := time.Now().Add(30 * time.Second)
-			for !stream().Heard {
-				if time.Now().After(deadline) {
-					return fail(errors.New("the invalidation stream was not heard within 30 s"))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+		if err := waitHeard(r, 30*time.Second); err != nil {
+			return fail(err)
 		}
 	}
 	fmt.Fprintln(stdout, "ready")
 
 	in := bufio.NewScanner(stdin)
-	if !in.Scan() {
+	start, ok, err := readStart(in)
+	if err != nil {
+		return fail(err)
+	}
+	if !ok {
 		return 0 // the lab gave up before the run
 	}
-	ns, ok := strings.CutPrefix(in.Text(), "go ")
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil {
-		return fail(fmt.Errorf("bad command %q", in.Text()))
-	}
-	start := time.Unix(0, n)
 	src.Begin(start, cfg.Window[0], cfg.Window[1])
 	owner := warmOlder
 	if !lateRole {
@@ -580,8 +503,8 @@ func warmStartChildMain(stdin io.Reader, stdout io.Writer) int {
 		}
 	}
 	total, win := src.Calls()
-	done := warmChildMsg{Done: true, Stats: r.Stats(), Loads: total, LoadsWindow: win, LoadsPerSecond: src.CallsPerSecond(),
-		BuiltNS: int64(built), WarmLastKeyNS: int64(lastKey)}
+	done := warmChildMsg{BuiltNS: int64(built), WarmLastKeyNS: int64(lastKey), childTotals: childTotals{Done: true,
+		Stats: r.Stats(), Loads: total, LoadsWindow: win, LoadsPerSecond: src.CallsPerSecond()}}
 	if err := enc.Encode(done); err != nil {
 		return fail(err)
 	}
