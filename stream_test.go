@@ -253,3 +253,39 @@ func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
 		t.Fatalf("10.5 s on, shared tier and source down: %q from %v (%v), want p1@0 stale-on-error", res.Value, res.Source, err)
 	}
 }
+
+// A hot copy whose load's write to the shared tier is still on its way when
+// the stream is heard again is kept, and checked once the write has landed,
+// not dropped for missing from the shared tier.
+func TestRevalidationWaitsForALoadsWrite(t *testing.T) {
+	shared := inmem.New(nil)
+	src := &source{}
+	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
+	shared.Deafen()
+	thaw := shared.StallSets()
+	if res := mustGetNoSettle(t, b, "p1", src); res.Source != holdfast.SourceLoaded {
+		t.Fatalf("first read from %v", res.Source)
+	}
+	shared.Hear()
+	eventually(t, "a revalidation try", func() bool { return shared.Calls().GetManys >= 1 })
+	time.Sleep(100 * time.Millisecond) // two more of the watcher's looks
+	thaw()
+	settle(t, b, "p1")
+	eventually(t, "the revalidation", func() bool { return b.Stats().Revalidated == 1 })
+	if st := b.Stats(); st.RevalidationDropped != 0 {
+		t.Fatalf("the copy whose write was on its way was dropped (%d)", st.RevalidationDropped)
+	}
+	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot {
+		t.Fatalf("p1 from %v after the revalidation, want its kept hot copy", res.Source)
+	}
+}
+
+// mustGetNoSettle is mustGet without waiting for the load's write.
+func mustGetNoSettle(t *testing.T, ns *holdfast.Namespace, key string, l holdfast.Loader) holdfast.Result {
+	t.Helper()
+	res, err := ns.Get(context.Background(), key, l)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	return res
+}
