@@ -86,7 +86,15 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 		return []byte("v:p2"), nil
 	}))
 	waitFor(t, "the other process's lease", func() bool { return other.Stats().LeasesTaken == 1 })
-	go func() { time.Sleep(50 * time.Millisecond); close(gate) }()
+	// The other process's load ends once this one waits for it: on a busy
+	// machine a timer could end it before this read began, and the read
+	// would find the value instead of the lease.
+	go func() {
+		defer close(gate)
+		for deadline := time.Now().Add(10 * time.Second); ns.Stats().LeaseWaits == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}()
 	if res := get("p2", ok); string(res.Value) != "v:p2" {
 		t.Fatalf("p2 after the lease wait: %q", res.Value)
 	}
