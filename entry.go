@@ -7,11 +7,15 @@ import (
 // meta is the decoded header of an envelope kept beside the raw bytes, so the
 // in-process tiers answer a hit without decoding or copying anything.
 type meta struct {
-	raw      []byte // the whole envelope
-	value    []byte // raw's payload
-	origin   int64
-	soft     int64
-	hard     int64
+	raw    []byte // the whole envelope
+	value  []byte // raw's payload
+	origin int64
+	soft   int64
+	hard   int64
+	// stale is when the value may no longer be served even as the
+	// fallback for a failed load, when its loader set that window itself;
+	// 0 leaves it to the namespace's StaleIfError (Namespace.staleUntil).
+	stale    int64
 	costUsec uint32
 	negative bool
 	// ver is the key's version (Coordinator.Version) plus one when this
@@ -33,7 +37,12 @@ func decodeMeta(b []byte) (meta, error) {
 	if err != nil {
 		return meta{}, err
 	}
+	var stale int64
+	if !e.Stale.IsZero() {
+		stale = e.Stale.UnixNano()
+	}
 	return meta{
+		stale:    stale,
 		raw:      b,
 		value:    e.Value,
 		origin:   e.Origin.UnixNano(),

@@ -140,7 +140,8 @@ func (n *Namespace) replayPending(ctx context.Context) {
 // read-your-invalidations holds in the invalidating process even when a
 // Redis node answers from data that never saw the invalidation (a demoted
 // primary after a failover, a write lost in a takeover). Entries last the
-// namespace's TTL plus StaleIfError, after which such a value is past every
+// longest lifetime a value may have plus its longest stale-if-error window
+// (supersedeWindow), after which such a value is past every
 // window it could be served in; at most maxRecentInvalidations are kept,
 // the oldest forgotten first.
 type recentInvalidations struct {
@@ -286,8 +287,11 @@ func (n *Namespace) countSent(keys int) {
 
 // supersedeWindow is how long an invalidation makes older shared-tier
 // values of its key read as misses in this process: past it, such a value
-// is past its hard time and stale-if-error window.
-func (n *Namespace) supersedeWindow() int64 { return int64(n.p.TTL + n.p.StaleIfError) }
+// is past its hard time and stale-if-error window, the longest a loader
+// may set included.
+func (n *Namespace) supersedeWindow() int64 {
+	return int64(max(n.p.TTL, n.p.Lifetime.Max) + max(n.p.StaleIfError, n.p.Lifetime.MaxStaleIfError))
+}
 
 // deleteShared removes qualified keys from the shared tier, bumping their
 // versions when the tier is a tier.Coordinator.

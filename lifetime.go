@@ -10,9 +10,9 @@ import (
 // true: an upstream's Cache-Control, a product whose stock is nearly gone
 // and should be read again soon. SetLifetime lets it say so, within the
 // bounds the namespace sets (Policy.Lifetime); every tier follows, since a
-// value's soft and hard times travel in its envelope: the hot tier keeps it
-// until its soft time at most, last-known-good and the shared tier until its
-// hard time plus StaleIfError.
+// value's soft, hard and stale times travel in its envelope: the hot tier
+// keeps it until its soft time at most, last-known-good and the shared tier
+// until the end of its stale-if-error window.
 
 // Lifetime is the lifetime a loader sets for one value (SetLifetime),
 // counted, like the policy's, from when the load began.
@@ -22,6 +22,10 @@ type Lifetime struct {
 	// SoftTTL is how long it is fresh; 0 means TTL. A SoftTTL longer than
 	// TTL is TTL.
 	SoftTTL time.Duration
+	// StaleIfError is how long past TTL the value may still be served when
+	// fresh data cannot be had (Policy.StaleIfError, for this value alone):
+	// 0 means the policy's, a negative window means none.
+	StaleIfError time.Duration
 }
 
 // LifetimeBounds bounds the lifetimes loaders set in a namespace. A lifetime
@@ -33,6 +37,10 @@ type LifetimeBounds struct {
 	Min time.Duration
 	// Max is the longest. Default the policy's TTL.
 	Max time.Duration
+	// MaxStaleIfError is the longest stale-if-error window a loader may
+	// set. Default the policy's StaleIfError: a loader may shorten the
+	// window, and lengthen it only as far as this allows.
+	MaxStaleIfError time.Duration
 }
 
 // lifetimes is what the loader of one load call set, by key.
@@ -82,9 +90,11 @@ func (l *lifetimes) lifetimeOf(key string) (Lifetime, bool) {
 	return lt, ok
 }
 
-// bounded returns the soft and hard lifetimes of a value whose loader set
-// lt, clamped into the namespace's bounds, and whether it had to be.
-func (n *Namespace) bounded(lt Lifetime) (soft, hard time.Duration, clamped bool) {
+// bounded returns the soft and hard lifetimes and the stale-if-error window
+// of a value whose loader set lt, clamped into the namespace's bounds, and
+// whether it had to be. ownSIE is false when the loader left the window to
+// the policy.
+func (n *Namespace) bounded(lt Lifetime) (soft, hard, sie time.Duration, ownSIE, clamped bool) {
 	b := n.p.Lifetime
 	clamp := func(d, hi time.Duration) time.Duration {
 		c := min(max(d, b.Min), hi)
@@ -97,5 +107,23 @@ func (n *Namespace) bounded(lt Lifetime) (soft, hard time.Duration, clamped bool
 		soft = lt.TTL
 	}
 	soft = clamp(soft, hard)
-	return soft, hard, clamped
+	switch {
+	case lt.StaleIfError < 0:
+		ownSIE = true
+	case lt.StaleIfError > 0:
+		ownSIE = true
+		sie = min(lt.StaleIfError, b.MaxStaleIfError)
+		clamped = clamped || sie != lt.StaleIfError
+	}
+	return soft, hard, sie, ownSIE, clamped
+}
+
+// staleUntil is when m may no longer be served even as the fallback for a
+// failed load: its own window's end, or its hard time plus the policy's
+// StaleIfError.
+func (n *Namespace) staleUntil(m *meta) int64 {
+	if m.stale != 0 {
+		return m.stale
+	}
+	return m.hard + int64(n.p.StaleIfError)
 }

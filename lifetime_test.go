@@ -2,6 +2,7 @@ package holdfast_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -119,4 +120,87 @@ func TestLoaderSetLifetimeBoundsBatchAndTyped(t *testing.T) {
 	if err != nil || r.Hard().Sub(r.Origin()) != 5*time.Second {
 		t.Fatalf("Typed: hard %v after origin, err %v; want 5 s", r.Hard().Sub(r.Origin()), err)
 	}
+}
+
+// A loader sets a value's own stale-if-error window: shorter, none, or
+// longer than the policy's up to Lifetime.MaxStaleIfError (longer is
+// clamped and counted). The window travels in the value's envelope, so last-
+// known-good in the loading process and the shared tier's copy read by
+// another process both end it where the loader said.
+func TestLoaderSetStaleIfError(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Minute, Lifetime: holdfast.LifetimeBounds{MaxStaleIfError: time.Hour},
+		Hot: holdfast.HotPolicy{Disabled: true}}
+	a := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
+	b := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
+	windows := map[string]time.Duration{"short": 5 * time.Second, "long": 30 * time.Minute, "none": -1, "clamped": 2 * time.Hour}
+	var failing atomic.Bool
+	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		if failing.Load() {
+			return nil, errors.New("source down")
+		}
+		if w, ok := windows[key]; ok {
+			holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: 10 * time.Second, StaleIfError: w})
+		} else {
+			holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: 10 * time.Second})
+		}
+		return []byte("v-" + key), nil
+	})
+	keys := []string{"short", "long", "none", "clamped", "policy"}
+	for _, k := range keys {
+		mustGet(t, a, k, load)
+	}
+	wantStale := map[string]time.Duration{"short": 5 * time.Second, "long": 30 * time.Minute, "none": 0, "clamped": time.Hour}
+	for _, k := range keys {
+		raw, ok := shared.Raw("product:" + k)
+		if !ok {
+			t.Fatalf("%s: not in the shared tier", k)
+		}
+		e, err := tier.DecodeEntry(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		w, own := wantStale[k]
+		if !own {
+			if !e.Stale.IsZero() || raw[2] != 1 {
+				t.Fatalf("%s: stale %v, version %d; a value without a window of its own is written as version 1", k, e.Stale, raw[2])
+			}
+			continue
+		}
+		if got := e.Stale.Sub(e.Hard); got != w {
+			t.Fatalf("%s: stale-if-error window %v in the envelope, want %v", k, got, w)
+		}
+	}
+	if st := a.Stats(); st.LifetimesSet != 5 || st.LifetimesClamped != 1 {
+		t.Fatalf("lifetimes set %d, clamped %d; want 5, 1", st.LifetimesSet, st.LifetimesClamped)
+	}
+	failing.Store(true)
+	// check reads key on ns at the clock's time: a stale answer when want
+	// says so, else the load's error.
+	check := func(when string, ns *holdfast.Namespace, want map[string]bool) {
+		t.Helper()
+		for _, k := range keys {
+			res, err := ns.Get(context.Background(), k, load)
+			if want[k] {
+				if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "v-"+k {
+					t.Errorf("%s, %s: %q from %v, err %v; want the stale value", when, k, res.Value, res.Source, err)
+				}
+			} else if err == nil {
+				t.Errorf("%s, %s: %q from %v; want the load's error, its window is over", when, k, res.Value, res.Source)
+			}
+		}
+	}
+	// 10 s + 6 s after the load: past "short"'s 5 s and "none"'s window.
+	clk.Advance(16 * time.Second)
+	check("b from the shared tier at 16 s", b, map[string]bool{"long": true, "clamped": true, "policy": true})
+	shared.Fail(inmem.ErrInjected)
+	check("a from last-known-good at 16 s", a, map[string]bool{"long": true, "clamped": true, "policy": true})
+	// Past the policy's minute, within "long"'s 30 minutes and the clamped hour.
+	clk.Advance(2 * time.Minute)
+	check("a from last-known-good at 2 min", a, map[string]bool{"long": true, "clamped": true})
+	clk.Advance(35 * time.Minute)
+	check("a from last-known-good at 37 min", a, map[string]bool{"clamped": true})
+	clk.Advance(30 * time.Minute)
+	check("a from last-known-good at 67 min", a, map[string]bool{})
 }

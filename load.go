@@ -252,7 +252,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 	if !m.negative {
 		// Kept past hard so that the tier itself can serve stale values
 		// when the loader fails while Redis is up.
-		ttl += n.p.StaleIfError
+		ttl = time.Duration(n.staleUntil(&m) - now)
 	}
 	if ttl <= 0 {
 		f.endStore()
@@ -370,7 +370,7 @@ func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) 
 
 // bestStale is the newest value of key still allowed at now when fresh
 // data cannot be had: the shared tier's fallback or last-known-good, within
-// its hard time plus StaleIfError; nil if none.
+// its stale-if-error window; nil if none.
 func (n *Namespace) bestStale(key string, fallback *meta, now int64) *meta {
 	best := fallback
 	if n.lkg != nil {
@@ -378,7 +378,7 @@ func (n *Namespace) bestStale(key string, fallback *meta, now int64) *meta {
 			best = m
 		}
 	}
-	if best == nil || now >= best.hard+int64(n.p.StaleIfError) {
+	if best == nil || now >= n.staleUntil(best) {
 		return nil
 	}
 	return best

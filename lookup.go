@@ -149,7 +149,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 	switch status {
 	case tierHit:
 		newer := refreshOf == 0 || m.origin > refreshOf
-		if newer && !m.negative && now >= m.hard && now < m.hard+int64(n.p.StaleIfError) {
+		if newer && !m.negative && now >= m.hard && now < n.staleUntil(m) {
 			// Past hard it is no answer, but it is the last value this
 			// process knows: last-known-good keeps it for stale-if-error,
 			// so a failed load can serve it after the tier lost it.

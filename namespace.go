@@ -75,7 +75,7 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	// per read, whatever the hot tier keeps. Without one, it is where a
 	// value waits between its soft and hard time (the hot tier drops it at
 	// soft), so stale-while-revalidate needs it.
-	if size := p.LastKnownGoodBytes; p.StaleIfError > 0 || c.opts.Shared != nil || p.SoftTTL < p.TTL {
+	if size := p.LastKnownGoodBytes; p.StaleIfError > 0 || p.Lifetime.MaxStaleIfError > 0 || c.opts.Shared != nil || p.SoftTTL < p.TTL {
 		if size == 0 {
 			size = DefaultLastKnownGoodBytes
 		}

@@ -148,7 +148,8 @@ type Policy struct {
 	//
 	// The bound is on the memory entries take, not on their payload: an
 	// entry is charged its key and its envelope (the value and a 40-byte
-	// header) as the Go allocator rounds them, plus 184 bytes of node and
+	// header, 48 with a stale-if-error window of its own) as the Go
+	// allocator rounds them, plus 184 bytes of node and
 	// index, measured. So 32 MiB holds about 127,000 16-byte values under
 	// 12-byte keys, 43,000 of 512 bytes, 1,800 of 16 KiB (18 KiB each as
 	// allocated). An entry also in the hot tier shares its key and envelope
@@ -165,7 +166,8 @@ type Policy struct {
 	MaxKeyBytes int
 
 	// Lifetime bounds the lifetimes loaders set for their values
-	// (SetLifetime). Default: from 1 s to TTL.
+	// (SetLifetime). Default: from 1 s to TTL, with a stale-if-error window
+	// up to StaleIfError.
 	Lifetime LifetimeBounds
 }
 
@@ -357,8 +359,11 @@ func (p Policy) withDefaults() (Policy, error) {
 	if p.SoftTTL > p.TTL {
 		bad("SoftTTL %v is longer than TTL %v", p.SoftTTL, p.TTL)
 	}
-	if p.Lifetime.Min < 0 || p.Lifetime.Max < 0 {
-		bad("Lifetime.Min %v or Lifetime.Max %v is negative", p.Lifetime.Min, p.Lifetime.Max)
+	if p.Lifetime.Min < 0 || p.Lifetime.Max < 0 || p.Lifetime.MaxStaleIfError < 0 {
+		bad("Lifetime.Min %v, Lifetime.Max %v or Lifetime.MaxStaleIfError %v is negative", p.Lifetime.Min, p.Lifetime.Max, p.Lifetime.MaxStaleIfError)
+	}
+	if p.Lifetime.MaxStaleIfError == 0 {
+		p.Lifetime.MaxStaleIfError = p.StaleIfError
 	}
 	if p.Lifetime.Min == 0 {
 		p.Lifetime.Min = min(DefaultLifetimeMin, p.TTL)
@@ -429,7 +434,7 @@ func (p Policy) withDefaults() (Policy, error) {
 	if p.LastKnownGoodBytes < 0 {
 		bad("LastKnownGoodBytes %d is negative", p.LastKnownGoodBytes)
 	}
-	if p.LastKnownGoodBytes == 0 && p.StaleIfError > 0 {
+	if p.LastKnownGoodBytes == 0 && (p.StaleIfError > 0 || p.Lifetime.MaxStaleIfError > 0) {
 		p.LastKnownGoodBytes = DefaultLastKnownGoodBytes
 	}
 	if p.MaxValueBytes < 0 || p.MaxKeyBytes < 0 {

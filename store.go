@@ -17,9 +17,11 @@ import (
 // newEntry builds the envelope for a freshly loaded value.
 func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negative bool, lt *Lifetime) meta {
 	softTTL, ttl := n.p.SoftTTL, n.p.TTL
+	var sie time.Duration
+	ownSIE := false
 	if lt != nil && !negative {
 		var clamped bool
-		softTTL, ttl, clamped = n.bounded(*lt)
+		softTTL, ttl, sie, ownSIE, clamped = n.bounded(*lt)
 		n.ctr.inc(evLifetimeSet)
 		if clamped {
 			n.ctr.inc(evLifetimeClamped)
@@ -33,7 +35,10 @@ func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negat
 		soft -= int64(float64(softTTL) * j * rand.Float64())
 	}
 	e := tier.Entry{Value: val, Origin: time.Unix(0, origin), Soft: time.Unix(0, soft), Hard: time.Unix(0, hard), LoadCost: cost, Negative: negative}
-	raw := tier.AppendEntry(make([]byte, 0, tier.HeaderSize+len(val)), e)
+	if ownSIE {
+		e.Stale = time.Unix(0, hard+int64(sie))
+	}
+	raw := tier.AppendEntry(make([]byte, 0, tier.EncodedSize(e)), e)
 	m, _ := decodeMeta(raw) // cannot fail: just encoded
 	return m
 }
@@ -75,7 +80,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 		case m.negative:
 			n.lkg.Delete(key)
 		default:
-			n.lkg.Set(key, *m, held, m.hard+int64(n.p.StaleIfError))
+			n.lkg.Set(key, *m, held, n.staleUntil(m))
 		}
 	}
 }

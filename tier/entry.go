@@ -27,6 +27,11 @@ type Entry struct {
 	// read loads synchronously; only the stale-if-error window still allows
 	// the value, and only when loading fails.
 	Hard time.Time
+	// Stale, when not the zero Time, is when the value may no longer be
+	// served even as the fallback for a failed load: its own stale-if-error
+	// window, which its loader set. The zero Time leaves that to the policy
+	// of the namespace that reads it (Hard plus Policy.StaleIfError).
+	Stale time.Time
 	// LoadCost is how long the load that produced the value took; XFetch
 	// uses it to spread early refreshes.
 	LoadCost time.Duration
@@ -34,17 +39,17 @@ type Entry struct {
 	Negative bool
 }
 
-// HeaderSize is how many bytes the envelope adds to a value: a tier that
+// HeaderSize is the most bytes the envelope adds to a value: a tier that
 // bounds what it stores (redis.Options.MaxValueBytes) bounds the value plus
 // this.
-const HeaderSize = 40
+const HeaderSize = headerV2
 
 // ErrCorrupt is returned by DecodeEntry for bytes that are not a valid
 // envelope. The Cache's read path takes such bytes for a miss and counts
 // them.
 var ErrCorrupt = errors.New("holdfast: corrupt entry")
 
-// The envelope, version 1, all integers big-endian:
+// The envelope, all integers big-endian. Version 1:
 //
 //	offset size field
 //	0      2    magic "hf"
@@ -58,17 +63,33 @@ var ErrCorrupt = errors.New("holdfast: corrupt entry")
 //	36     4    CRC-32C of bytes 0..35 and the payload
 //	40     n    payload
 //
+// Version 2 inserts the stale time (Entry.Stale, Unix nanoseconds, not
+// before hard) at offset 28, moving load cost, payload length and checksum
+// 8 bytes on (the checksum covers bytes 0..43); the payload starts at 48.
+// An entry is written as version 2 only when it carries a stale time of its
+// own, so a process of a release that reads only version 1 takes just those
+// entries for misses, never the rest, while a fleet is being upgraded.
+//
 // The checksum catches truncation and foreign or damaged bytes in a shared
 // tier that other programs can write to; a value that fails any check is a
 // miss, never a panic.
 const (
-	envelopeMagic0  = 'h'
-	envelopeMagic1  = 'f'
-	envelopeVersion = 1
-	envelopeHeader  = HeaderSize
-	flagNegative    = 1 << 0
-	knownFlags      = flagNegative
+	envelopeMagic0 = 'h'
+	envelopeMagic1 = 'f'
+	headerV1       = 40
+	headerV2       = 48
+	flagNegative   = 1 << 0
+	knownFlags     = flagNegative
 )
+
+// EncodedSize is the length of e's envelope: its payload plus a header of
+// 40 bytes, or HeaderSize when it carries a stale time.
+func EncodedSize(e Entry) int {
+	if e.Stale.IsZero() {
+		return headerV1 + len(e.Value)
+	}
+	return headerV2 + len(e.Value)
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -85,23 +106,31 @@ func AppendEntry(dst []byte, e Entry) []byte {
 	} else if cost > 1<<32-1 {
 		cost = 1<<32 - 1
 	}
+	version, header := byte(1), headerV1
+	if !e.Stale.IsZero() {
+		version, header = 2, headerV2
+	}
 	start := len(dst)
-	dst = append(dst, envelopeMagic0, envelopeMagic1, envelopeVersion, flags)
+	dst = append(dst, envelopeMagic0, envelopeMagic1, version, flags)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Origin.UnixNano()))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Soft.UnixNano()))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Hard.UnixNano()))
+	if version == 2 {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(e.Stale.UnixNano()))
+	}
 	dst = binary.BigEndian.AppendUint32(dst, uint32(cost))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(e.Value)))
 	dst = append(dst, 0, 0, 0, 0)
 	dst = append(dst, e.Value...)
-	binary.BigEndian.PutUint32(dst[start+36:], crcOf(dst[start:]))
+	binary.BigEndian.PutUint32(dst[start+header-4:], crcOf(dst[start:], header))
 	return dst
 }
 
-// crcOf is the checksum of an envelope: its first 36 bytes and its payload.
-func crcOf(b []byte) uint32 {
-	sum := crc32.Update(0, castagnoli, b[:36])
-	return crc32.Update(sum, castagnoli, b[envelopeHeader:])
+// crcOf is the checksum of an envelope whose header is header bytes long:
+// the header up to the checksum, and the payload.
+func crcOf(b []byte, header int) uint32 {
+	sum := crc32.Update(0, castagnoli, b[:header-4])
+	return crc32.Update(sum, castagnoli, b[header:])
 }
 
 // DecodeEntry decodes an envelope. The returned Entry's Value aliases b.
@@ -110,24 +139,34 @@ func crcOf(b []byte) uint32 {
 func DecodeEntry(b []byte) (Entry, error) { return decode(b) }
 
 func decode(b []byte) (Entry, error) {
-	if len(b) < envelopeHeader {
-		return Entry{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), envelopeHeader)
+	if len(b) < headerV1 {
+		return Entry{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), headerV1)
 	}
 	if b[0] != envelopeMagic0 || b[1] != envelopeMagic1 {
 		return Entry{}, fmt.Errorf("%w: bad magic %#x %#x", ErrCorrupt, b[0], b[1])
 	}
-	if b[2] != envelopeVersion {
+	var header int
+	switch b[2] {
+	case 1:
+		header = headerV1
+	case 2:
+		header = headerV2
+		if len(b) < header {
+			return Entry{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), header)
+		}
+	default:
 		return Entry{}, fmt.Errorf("%w: unknown version %d", ErrCorrupt, b[2])
 	}
 	flags := b[3]
 	if flags&^knownFlags != 0 {
 		return Entry{}, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
 	}
-	n := binary.BigEndian.Uint32(b[32:36])
-	if uint64(n) != uint64(len(b)-envelopeHeader) {
-		return Entry{}, fmt.Errorf("%w: payload length %d, have %d bytes", ErrCorrupt, n, len(b)-envelopeHeader)
+	tail := b[header-12 : header] // load cost, payload length, checksum
+	n := binary.BigEndian.Uint32(tail[4:8])
+	if uint64(n) != uint64(len(b)-header) {
+		return Entry{}, fmt.Errorf("%w: payload length %d, have %d bytes", ErrCorrupt, n, len(b)-header)
 	}
-	if crcOf(b) != binary.BigEndian.Uint32(b[36:40]) {
+	if crcOf(b, header) != binary.BigEndian.Uint32(tail[8:12]) {
 		return Entry{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
 	origin := int64(binary.BigEndian.Uint64(b[4:12]))
@@ -140,12 +179,20 @@ func decode(b []byte) (Entry, error) {
 	if negative && n != 0 {
 		return Entry{}, fmt.Errorf("%w: negative entry with a %d-byte payload", ErrCorrupt, n)
 	}
-	return Entry{
-		Value:    b[envelopeHeader:],
+	e := Entry{
+		Value:    b[header:],
 		Origin:   time.Unix(0, origin),
 		Soft:     time.Unix(0, soft),
 		Hard:     time.Unix(0, hard),
-		LoadCost: time.Duration(binary.BigEndian.Uint32(b[28:32])) * time.Microsecond,
+		LoadCost: time.Duration(binary.BigEndian.Uint32(tail[0:4])) * time.Microsecond,
 		Negative: negative,
-	}, nil
+	}
+	if header == headerV2 {
+		stale := int64(binary.BigEndian.Uint64(b[28:36]))
+		if stale < hard {
+			return Entry{}, fmt.Errorf("%w: stale time %d before hard time %d", ErrCorrupt, stale, hard)
+		}
+		e.Stale = time.Unix(0, stale)
+	}
+	return e, nil
 }
