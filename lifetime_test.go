@@ -204,3 +204,35 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 	clk.Advance(30 * time.Minute)
 	check("a from last-known-good at 67 min", a, map[string]bool{})
 }
+
+// Read-your-invalidations holds for a value whose loader gave it a lifetime
+// longer than the policy's TTL: this process remembers its invalidation as
+// long as such a value could be served, not only the policy's TTL plus
+// StaleIfError.
+func TestOwnInvalidationOutlastsALongerLoaderSetLifetime(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := inmem.New(clk.Now)
+	p := holdfast.Policy{TTL: time.Minute, Lifetime: holdfast.LifetimeBounds{Max: 10 * time.Minute}, Hot: holdfast.HotPolicy{Disabled: true}}
+	ns := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
+	var loads atomic.Int64
+	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: 10 * time.Minute})
+		return fmt.Appendf(nil, "v%d", loads.Add(1)), nil
+	})
+	mustGet(t, ns, "k", load)
+	old, ok := shared.Raw("product:k")
+	if !ok {
+		t.Fatal("setup: nothing stored")
+	}
+	clk.Advance(time.Second)
+	if err := ns.Invalidate(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	// A node that never saw the invalidation answers with the old value,
+	// which its loader gave 10 minutes, two minutes later.
+	clk.Advance(2 * time.Minute)
+	shared.Put("product:k", old, 8*time.Minute)
+	if res := mustGet(t, ns, "k", load); string(res.Value) != "v2" {
+		t.Fatalf("2 min after invalidating: %q from %v; want v2 loaded, never the value from before the invalidation", res.Value, res.Source)
+	}
+}
