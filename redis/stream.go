@@ -168,9 +168,16 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 		t.flog.failed(err) // a refused SUBSCRIBE (an ACL without the channel)
 		done <- err
 	}()
+	// Until its first heartbeat comes back, a new subscription sends one
+	// every fifth of the interval: how soon the stream counts as heard
+	// again after an outage is how soon the hot copies from before it are
+	// checked and the breaker's backoff cut short, and updates made
+	// meanwhile wait on it. (One sent before the SUBSCRIBE took effect is
+	// simply not heard.)
 	every := t.opts.Stream.Heartbeat
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(max(every/5, time.Millisecond))
 	defer tick.Stop()
+	var sent time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -185,7 +192,10 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 				<-done
 				return gotOne.Load()
 			}
-			t.heartbeat(ctx, hb, now)
+			if !gotOne.Load() || now.Sub(sent) >= every {
+				t.heartbeat(ctx, hb, now)
+				sent = now
+			}
 		}
 	}
 }
