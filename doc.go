@@ -40,6 +40,9 @@
 // outage. So an update is served everywhere within milliseconds while the
 // stream is heard, and within Hot.MaxUnheard (hot copies) or the TTL
 // (last-known-good, only while the shared tier also fails) when it is not.
+// An Invalidate made while its own process cannot reach the shared tier is
+// queued and announced when it is replayed, as soon as that process hears
+// the stream again: the same outage bound applies to it.
 //
 // Values are bytes at the bottom, wrapped in a versioned, checksummed
 // envelope (see tier.Entry); Typed adds a codec on top. Corrupt bytes from a shared

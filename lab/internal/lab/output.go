@@ -236,6 +236,6 @@ var targetFigures = map[string]bool{
 	"unready_replica_server_reads": true,
 	// update-propagation's.
 	"propagation_p50_ms": true, "propagation_p99_ms": true, "propagation_max_ms": true,
-	"old_reads_past_bound": true, "old_reads_during_freeze": true, "errors": true, "errors_during_freeze": true,
+	"old_reads_past_bound": true, "old_reads_outage_bound": true, "old_reads_during_freeze": true, "errors": true, "errors_during_freeze": true,
 	"hot_share_before_freeze": true, "hot_share_during_freeze": true, "converge_after_thaw_ms": true,
 }

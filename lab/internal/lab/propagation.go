@@ -73,13 +73,17 @@ import (
 //     (update, reader) pairs whose first read of the key begun after
 //     Invalidate returned served the new version.
 //   - old_reads_past_bound: reads that returned a version older than an
-//     update whose Invalidate had returned more than the bound before the
-//     read began: 100 ms for updates made while the stream is heard, and
-//     Hot.MaxUnheard (15 s) for those made during the freeze (the update
-//     was bumped before the thaw and its Invalidate returned after the
-//     freeze began). old_reads_during_freeze counts separately the reads
-//     begun during the freeze that were older than an update made more than
-//     100 ms before them.
+//     update whose Invalidate had returned more than the documented bound
+//     before the read began: 100 ms when the writer and the reader both
+//     hear the stream; Hot.MaxUnheard (15 s) for an update made during the
+//     freeze (bumped before the thaw, its Invalidate returned after the
+//     freeze began), one the writer's tier had to queue for replay (its
+//     breaker open or a node not ready when it was made) and one made while
+//     the reader did not hear the stream. old_reads_outage_bound counts the
+//     reads outside the freeze older than such an update by more than
+//     100 ms but within that bound; old_reads_during_freeze the reads begun
+//     during the freeze older than an update made more than 100 ms before
+//     them.
 //   - hot_share_before_freeze, hot_share_during_freeze: the share of reads
 //     answered by the in-process tier (holdfast's Result.Source ==
 //     SourceHot; the naive mode's local map) among the reads scheduled in
@@ -872,12 +876,6 @@ func (k *keyReads) next(t int64) (propRead, bool) {
 func analyzePropagation(in propRunData) map[string]float64 {
 	out := map[string]float64{}
 	inFreeze := func(u propUpdate) bool { return u.Bumped < in.ThawAt && u.Done >= in.FreezeAt }
-	bound := func(u propUpdate) int64 {
-		if inFreeze(u) {
-			return int64(in.MaxUnheard)
-		}
-		return int64(propHeardBound)
-	}
 	inWin := func(at time.Duration, w [2]time.Duration) bool { return at >= w[0] && at < w[1] }
 	msOf := func(ns int64) float64 { return math.Round(float64(ns)/1e3) / 1e3 }
 
@@ -925,6 +923,28 @@ func analyzePropagation(in propRunData) map[string]float64 {
 		}
 	}
 	unheard := func(r int, t int64) bool { return hasStream && !onAt(in.Flags[r]["stream"], t) }
+	// The writer's tier queues an invalidation, to be announced when it is
+	// replayed, while its breaker is open or a node is not ready.
+	writerOut := func(u propUpdate) bool {
+		for _, f := range []string{"breaker", "nodes"} {
+			if e, ok := in.WriterFlags[f]; ok && (!onAt(e, u.Bumped) || !onAt(e, u.Done)) {
+				return true
+			}
+		}
+		return false
+	}
+	// bound is the documented bound for reader r to stop serving versions
+	// older than u: 100 ms when both it and the writer hear the stream, the
+	// outage bound (Hot.MaxUnheard) for an update made during the freeze,
+	// one the writer's tier had to queue, or one made while r did not hear
+	// the stream.
+	outage := func(r int, u propUpdate) bool { return inFreeze(u) || writerOut(u) || unheard(r, u.Done) }
+	bound := func(r int, u propUpdate) int64 {
+		if outage(r, u) {
+			return int64(in.MaxUnheard)
+		}
+		return int64(propHeardBound)
+	}
 
 	// Propagation of the updates made outside the freeze; and of those
 	// made before it alone, the steady state, apart from those made after
@@ -981,7 +1001,7 @@ func analyzePropagation(in propRunData) map[string]float64 {
 	propagation("propagation_before_freeze", "_before_freeze", func(u propUpdate) bool { return u.Done < in.FreezeAt })
 
 	// Old reads, errors, hot shares.
-	var pastBound, pastUnheard, oldInFreeze, errs, errsFreeze int
+	var pastBound, pastUnheard, oldInFreeze, oldOutage, errs, errsFreeze int
 	var pastOfBefore, pastOfFreeze, pastOfAfter int // by when the update they missed was made
 	var pastAge, pastFirst, pastLast int64
 	var nBefore, hotBefore, nFreeze, hotFreeze int
@@ -1009,7 +1029,7 @@ func analyzePropagation(in propRunData) map[string]float64 {
 			if !rd.served() || rd.Key < 0 || rd.Key >= in.Keys {
 				continue
 			}
-			violated, old := false, false
+			violated, old, outageOld := false, false, false
 			for _, u := range byVer[rd.Key][min(int(rd.Ver), len(byVer[rd.Key])):] {
 				if u.Ver == 0 {
 					continue
@@ -1018,7 +1038,11 @@ func analyzePropagation(in propRunData) map[string]float64 {
 					break // written after the read began
 				}
 				age := rd.Start - u.Done
-				if !violated && age > bound(u) {
+				if !outageOld && !frozen && !inFreeze(u) && age > int64(propHeardBound) && age <= bound(r, u) {
+					outageOld = true
+					oldOutage++ // within the outage bound, past the 100 ms one
+				}
+				if !violated && age > bound(r, u) {
 					violated = true
 					pastBound++
 					if unheard(r, u.Done) {
@@ -1051,6 +1075,7 @@ func analyzePropagation(in propRunData) map[string]float64 {
 	}
 	out["old_reads_past_bound"] = float64(pastBound)
 	out["old_reads_during_freeze"] = float64(oldInFreeze)
+	out["old_reads_outage_bound"] = float64(oldOutage)
 	if pastBound > 0 {
 		out["old_reads_past_bound_max_age_ms"] = msOf(pastAge)
 		out["old_reads_past_bound_first_at_s"] = float64(pastFirst) / 1e9

@@ -80,3 +80,42 @@ func TestAnalyzePropagation(t *testing.T) {
 		t.Errorf("never served: converge_after_thaw_ms %v, unmeasured %v; want 1000, 1", got["converge_after_thaw_ms"], got["converge_unmeasured"])
 	}
 }
+
+// An old read past 100 ms falls under the outage bound, not the heard one,
+// when the writer's tier had to queue the update's invalidation (its
+// breaker open) or the reader did not hear the stream when it was made;
+// otherwise it is past the bound.
+func TestAnalyzePropagationOutageBound(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	const ms = time.Millisecond
+	read := func(start time.Duration, key int, ver int64) propRead {
+		return propRead{At: start, Start: at(start), End: at(start), Key: key, Ver: ver, Local: true, Out: OK}
+	}
+	in := propRunData{
+		Start: t0, End: at(4000 * ms), FreezeAt: at(1000 * ms), ThawAt: at(2000 * ms),
+		Before: [2]time.Duration{0, 1000 * ms}, Freeze: [2]time.Duration{1000 * ms, 2000 * ms}, MaxUnheard: 15 * time.Second, Keys: 3,
+		Updates: []propUpdate{
+			// After the thaw, while the writer's breaker is still open.
+			{Key: 0, Ver: 1, At: 2100 * ms, Bumped: at(2095 * ms), Done: at(2100 * ms)},
+			// After the thaw, while reader 0 does not hear the stream.
+			{Key: 1, Ver: 1, At: 2700 * ms, Bumped: at(2695 * ms), Done: at(2700 * ms)},
+			// After the thaw, everyone heard: 100 ms.
+			{Key: 2, Ver: 1, At: 3000 * ms, Bumped: at(2995 * ms), Done: at(3000 * ms)},
+		},
+		Reads: [][]propRead{{
+			read(2300*ms, 0, 0), read(2600*ms, 0, 1), // 200 ms old: writer queued
+			read(2900*ms, 1, 0), read(3100*ms, 1, 1), // 200 ms old: reader unheard
+			read(3200*ms, 2, 0), read(3300*ms, 2, 1), // 200 ms old: past the bound
+		}},
+		Flags: []map[string][]flagEdge{{"stream": {{At: at(0), On: true}, {At: at(2650 * ms), On: false}, {At: at(2950 * ms), On: true}}}},
+		WriterFlags: map[string][]flagEdge{"breaker": {{At: at(0), On: true}, {At: at(1100 * ms), On: false}, {At: at(2500 * ms), On: true}},
+			"nodes": {{At: at(0), On: true}}},
+	}
+	got := analyzePropagation(in)
+	for k, w := range map[string]float64{"old_reads_past_bound": 1, "old_reads_outage_bound": 2, "old_reads_past_bound_unheard": 0} {
+		if got[k] != w {
+			t.Errorf("%s = %v, want %v", k, got[k], w)
+		}
+	}
+}
