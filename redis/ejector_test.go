@@ -62,7 +62,7 @@ func TestEjectorRate(t *testing.T) {
 }
 
 // TestEjectorBackoff: probes are due after a jittered 250 ms that doubles
-// per failed probe up to 10 s; a good probe brings the node back with a
+// per failed probe up to 1 s; a good probe brings the node back with a
 // clean slate.
 func TestEjectorBackoff(t *testing.T) {
 	clk := fakeclock.New(time.Unix(1_700_000_000, 0))

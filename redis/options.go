@@ -140,7 +140,13 @@ type ClusterOptions struct {
 	// MaxProbeInterval. Each wait is jittered to between half and all of
 	// its value. A successful probe brings the node back. Default 250 ms.
 	ProbeInterval time.Duration
-	// MaxProbeInterval caps ProbeInterval's backoff. Default 10 s.
+	// MaxProbeInterval caps ProbeInterval's backoff, and so bounds how
+	// long a node that answers again goes without reads: it is back within
+	// MaxProbeInterval plus one probe's round trip. Default 1 s: a probe is
+	// one PING per ejected node per process, which even a fleet's worth of
+	// processes sends a recovering server at no cost worth saving, while
+	// every second a returned node is left out its share of the keys is
+	// read from replicas or last-known-good.
 	MaxProbeInterval time.Duration
 	// ProbeTimeout bounds a probe PING. Default 100 ms.
 	ProbeTimeout time.Duration
@@ -204,7 +210,7 @@ const (
 	DefaultNodeMinRequests         = 20
 	DefaultNodeWindow              = 10 * time.Second
 	DefaultProbeInterval           = 250 * time.Millisecond
-	DefaultMaxProbeInterval        = 10 * time.Second
+	DefaultMaxProbeInterval        = time.Second
 	DefaultProbeTimeout            = 100 * time.Millisecond
 	DefaultMaxEjectedShare         = 0.5
 	DefaultSilentConnTimeout       = time.Second

@@ -203,9 +203,9 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 // streamRecovered runs when the stream's heartbeat comes back after a loss:
 // a round trip through Redis has just succeeded. An outage doubles the
 // breaker's open interval (up to Breaker.MaxOpenTimeout, 30 s) and each
-// ejected node's probe interval (up to Cluster.MaxProbeInterval, 10 s), so
-// without this the tier would go on bypassing Redis for seconds after it
-// came back, and the Cache serve last-known-good values that announcements
+// ejected node's probe interval (up to Cluster.MaxProbeInterval, 1 s), so
+// without this the tier would go on bypassing Redis for up to that long
+// after it came back, and the Cache serve last-known-good values that announcements
 // queued meanwhile have made old. Both are cut short: the breaker's probes
 // and the nodes' go out now, and each must still succeed.
 func (t *Tier) streamRecovered() {
