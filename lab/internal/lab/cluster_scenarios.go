@@ -136,9 +136,10 @@ func waitNodesReady(f *Fixture, limit time.Duration) int {
 // slowed (cluster-node-timeout 15 s) so that the node stays a grey primary
 // for the whole freeze instead of failing over: what the client does about
 // it is what is measured. Figures: first_ejection_ms, from the freeze to
-// the tier's LastEjected for that node; healthy_keys_p99_ratio, the p99 of
-// reads of keys on the other primaries during the freeze over their p99
-// before it, in the same run.
+// the tier's LastEjected for that node; return_to_service_ms, from the thaw
+// to the tier's calling the node ready again (its next probe succeeded);
+// healthy_keys_p99_ratio, the p99 of reads of keys on the other primaries
+// during the freeze over their p99 before it, in the same run.
 func nodeFreeze(o Options) Plan {
 	d := o.length(baseDuration)
 	keys := max(300, int(clusterKeys*keyScale(o)))
@@ -147,14 +148,14 @@ func nodeFreeze(o Options) Plan {
 	p["fault"] = "SIGSTOP one primary at fault_start_s, SIGCONT at fault_end_s; cluster-node-timeout raised to 15 s so it does not fail over"
 	p["healthy_keys_baseline"] = "keys on the other primaries, requests scheduled in [0, fault_start_s)"
 	run := func(ctx context.Context, o Options, m Mode) (ModeResult, error) {
-		r := &freezeRun{stored: storedKey(m), w: w, firstEjection: -1,
+		r := &freezeRun{stored: storedKey(m), w: w, firstEjection: -1, backAfter: -1,
 			base: NewRecorder(0, w[0]), during: NewRecorder(w[0], w[1])}
 		t := clusterTraffic(d, keys)
 		t.Setup = func(f *Fixture) error { return r.setup(f, keys) }
 		t.Observe = r.observe
 		t.Faults = []Fault{
 			{At: w[0], Name: "freeze", Do: r.freeze},
-			{At: w[1], Name: "thaw", Do: func(_ context.Context, f *Fixture) error { return r.frozen.Thaw() }},
+			{At: w[1], Name: "thaw", Do: func(ctx context.Context, f *Fixture) error { return r.thaw(ctx, f, d) }},
 		}
 		t.Extra = r.extra
 		return t.RunMode(ctx, o, m)
@@ -178,6 +179,7 @@ type freezeRun struct {
 	freezeAt      time.Time
 	ejections0    uint64
 	firstEjection time.Duration // -1: not ejected during the freeze
+	backAfter     time.Duration // from the thaw to ready; -1: not by the run's end
 }
 
 func (r *freezeRun) setup(f *Fixture, keys int) error {
@@ -240,17 +242,40 @@ func (r *freezeRun) freeze(ctx context.Context, f *Fixture) error {
 	if _, ok := nodeStats(f.Reader); !ok {
 		return nil
 	}
-	end := f.Start.Add(r.w[1])
+	if s, ok := watchNode(ctx, f, r.frozen.Addr(), f.Start.Add(r.w[1]), func(s redis.NodeStats) bool { return s.Ejections > r.ejections0 }); ok {
+		r.firstEjection = s.LastEjected.Sub(r.freezeAt)
+	}
+	return nil
+}
+
+// watchNode polls the tier's figures for the node at addr every 5 ms until
+// cond holds for them (returning them), end passes or ctx ends.
+func watchNode(ctx context.Context, f *Fixture, addr string, end time.Time, cond func(redis.NodeStats) bool) (redis.NodeStats, bool) {
 	for time.Now().Before(end) {
-		if s, ok := nodeStat(f.Reader, r.frozen.Addr()); ok && s.Ejections > r.ejections0 {
-			r.firstEjection = s.LastEjected.Sub(r.freezeAt)
-			return nil
+		if s, ok := nodeStat(f.Reader, addr); ok && cond(s) {
+			return s, true
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return redis.NodeStats{}, false
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+	return redis.NodeStats{}, false
+}
+
+// thaw resumes the primary and, in the holdfast mode, watches the tier's
+// figures for the node until it is ready again or the run ends at d.
+func (r *freezeRun) thaw(ctx context.Context, f *Fixture, d time.Duration) error {
+	if err := r.frozen.Thaw(); err != nil {
+		return err
+	}
+	thawAt := time.Now()
+	if _, ok := nodeStats(f.Reader); !ok {
+		return nil
+	}
+	if _, ok := watchNode(ctx, f, r.frozen.Addr(), f.Start.Add(d), func(s redis.NodeStats) bool { return s.State == redis.NodeReady }); ok {
+		r.backAfter = time.Since(thawAt)
 	}
 	return nil
 }
@@ -267,6 +292,9 @@ func (r *freezeRun) extra(f *Fixture, res *ModeResult) {
 	if s, ok := nodeStat(f.Reader, r.frozen.Addr()); ok {
 		if r.firstEjection >= 0 { // left out when not ejected during the freeze
 			res.Extra["first_ejection_ms"] = ms(r.firstEjection)
+		}
+		if r.backAfter >= 0 { // left out when not back by the run's end
+			res.Extra["return_to_service_ms"] = ms(r.backAfter)
 		}
 		res.Extra["frozen_node_ejections"] = float64(s.Ejections - r.ejections0)
 		res.Extra["frozen_node_watchdog_closes"] = float64(s.WatchdogCloses)
