@@ -40,11 +40,15 @@ const (
 	// one waited for it. No loader ran for this read, so a count of
 	// SourceLoaded is a count of loads.
 	SourceJoined
+	// SourceStaleOnSlowLoad: a value past its hard time, within its
+	// stale-if-error window, served because its load had not answered
+	// within Policy.SlowLoadGrace; the load goes on and stores its value.
+	SourceStaleOnSlowLoad
 )
 
 // sourceNames are the Sources' names; the zero Source, on a read that
 // failed, is "none".
-var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined"}
+var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined", "stale-on-slow-load"}
 
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
@@ -83,7 +87,9 @@ func (r Result) Hard() time.Time { return time.Unix(0, r.hard) }
 func (r Result) Age(now time.Time) time.Duration { return time.Duration(now.UnixNano() - r.origin) }
 
 // Stale reports whether the value was served past its soft time.
-func (r Result) Stale() bool { return r.Source == SourceStale || r.Source == SourceStaleOnError }
+func (r Result) Stale() bool {
+	return r.Source == SourceStale || r.Source == SourceStaleOnError || r.Source == SourceStaleOnSlowLoad
+}
 
 // Cache is a read-through cache of namespaces. Create one with New; it is safe
 // for concurrent use. Close stops its background refreshes.

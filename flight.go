@@ -36,6 +36,16 @@ type flight struct {
 	// published is written only by the flight's own goroutine, under mu;
 	// that goroutine reads it without the lock, waiters under it.
 	published bool
+
+	// grace is the value the flight's readers may take when its load
+	// outlasts Policy.SlowLoadGrace (Namespace.graceStale decides whether
+	// it still may be served), or nil; offered says the flight's goroutine
+	// has set it, once it knew the flight must load. Under mu. A reader
+	// whose bound passes before then waits on graceSet, made by the first
+	// such reader, so a flight nobody waits on this way allocates nothing.
+	grace    *meta
+	offered  bool
+	graceSet chan struct{}
 }
 
 type outcome struct {
@@ -78,6 +88,39 @@ func (f *flight) finish(res Result, err error) {
 		close(f.finished)
 	}
 	f.mu.Unlock()
+}
+
+// offerGrace sets the value the flight's readers may take if its load is
+// slow (nil for none), once: a flight goes on from one lookup to one load.
+func (f *flight) offerGrace(m *meta) {
+	f.mu.Lock()
+	f.grace, f.offered = m, true
+	if f.graceSet != nil {
+		close(f.graceSet)
+	}
+	f.mu.Unlock()
+}
+
+// graceOffer returns the value offerGrace set and true, or, until it is
+// set, a channel closed when it is.
+func (f *flight) graceOffer() (m *meta, offered bool, set <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.offered {
+		return f.grace, true, nil
+	}
+	if f.graceSet == nil {
+		f.graceSet = make(chan struct{})
+	}
+	return nil, false, f.graceSet
+}
+
+// mayGrace reports whether a reader of the flight may yet be served its
+// grace value: the flight has one, or has not said yet.
+func (f *flight) mayGrace() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.offered || f.grace != nil
 }
 
 // firstReady returns a channel closed once firstOut is set.

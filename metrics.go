@@ -36,6 +36,7 @@ type Stats struct {
 	Refreshes         uint64 // background refreshes started
 	StaleServed       uint64 // values served between soft and hard time (while revalidating)
 	StaleOnError      uint64 // values served past hard time, or from last-known-good, because fresh data could not be had
+	StaleOnSlowLoad   uint64 // values served past hard time, within stale-if-error, because their load outlasted Policy.SlowLoadGrace
 	LocalServed       uint64 // values served from last-known-good while the shared tier was down
 	NegativeHits      uint64 // cached not-found answers served
 	Rejected          uint64 // loads rejected by the load limiter
@@ -98,6 +99,7 @@ const (
 	evRefresh
 	evStaleServed
 	evStaleOnError
+	evStaleOnSlowLoad
 	evLocalServed
 	evNegativeHit
 	evRejected
@@ -196,6 +198,7 @@ func (c *counters) snapshot() Stats {
 		Refreshes:        c.sum(evRefresh),
 		StaleServed:      c.sum(evStaleServed),
 		StaleOnError:     c.sum(evStaleOnError),
+		StaleOnSlowLoad:  c.sum(evStaleOnSlowLoad),
 		LocalServed:      c.sum(evLocalServed),
 		NegativeHits:     c.sum(evNegativeHit),
 		Rejected:         c.sum(evRejected),

@@ -96,6 +96,26 @@ type Policy struct {
 	// min, list 10 min, stock 5 s).
 	StaleIfError time.Duration
 
+	// SlowLoadGrace is how long a reader waits for a load when it holds a
+	// value past its hard time but within its stale-if-error window (in
+	// last-known-good, or the shared tier's past-hard copy): past it the
+	// reader gets that value (SourceStaleOnSlowLoad) while the load goes
+	// on and stores its result as usual. A slow source is no error, so
+	// without it a source that slows from 10 ms to 400 ms makes every such
+	// reader wait 400 ms although a value it may serve is in hand (Varnish's
+	// grace, RFC 5861's stale-if-error). Each reader of a flight waits at
+	// most this long from when it began waiting. It applies only where
+	// StaleIfError (or a loader's own window) would serve the value had the
+	// load failed; between soft and hard time stale-while-revalidate
+	// answers at once anyway. Default 15 ms: half again a database that
+	// answers in about 10 ms, so a healthy load still answers its readers
+	// with the fresh value, and a reader of a struggling one waits no
+	// longer than a couple of such loads (off when LoadTimeout is 15 ms or
+	// less: the timeout bounds the wait then). Must be shorter than
+	// LoadTimeout; a negative value turns it off (readers wait for the
+	// load, up to LoadTimeout).
+	SlowLoadGrace time.Duration
+
 	// LoadErrorBackoff is how long after a failed load of a key its reads
 	// are served stale, when a stale value may be served, without calling
 	// the loader again: a source that is down gets one call per key per
@@ -292,6 +312,7 @@ const (
 	DefaultNegativeTTL        = 5 * time.Second
 	DefaultLoadErrorBackoff   = time.Second
 	DefaultLoadTimeout        = 5 * time.Second
+	DefaultSlowLoadGrace      = 15 * time.Millisecond
 	DefaultHotTTL             = time.Minute
 	DefaultHotMaxBytes        = 16 << 20
 	DefaultHotThreshold       = 1000.0 / 60
@@ -382,6 +403,17 @@ func (p Policy) withDefaults() (Policy, error) {
 	}
 	if p.LoadTimeout == 0 {
 		p.LoadTimeout = DefaultLoadTimeout
+	}
+	switch {
+	case p.SlowLoadGrace == 0 && p.LoadTimeout <= DefaultSlowLoadGrace:
+		// A LoadTimeout this short bounds the wait already, and
+		// stale-if-error answers when it passes.
+		p.SlowLoadGrace = -1
+	case p.SlowLoadGrace == 0:
+		p.SlowLoadGrace = DefaultSlowLoadGrace
+	case p.SlowLoadGrace >= p.LoadTimeout:
+		// The load would time out first, and stale-if-error answer then.
+		bad("SlowLoadGrace %v is not shorter than LoadTimeout %v (a negative value turns it off)", p.SlowLoadGrace, p.LoadTimeout)
 	}
 	if j := p.EarlyRefresh.Jitter; j < 0 || j >= 1 || math.IsNaN(j) {
 		bad("EarlyRefresh.Jitter %v is outside [0, 1)", j)

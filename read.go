@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // The read path. Get and GetMany walk the same stages, so every guarantee
@@ -131,6 +132,7 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 		n.finish(&jv)
 		return jv.out.res, jv.out.err
 	}
+	n.offerGrace(&jv)
 	j := new(job)
 	*j = jv
 	if !n.c.goOwned(func() { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }) {
@@ -258,6 +260,7 @@ func (n *Namespace) run(ctx context.Context, js []*job, src source) {
 		if j.done {
 			n.finish(j)
 		} else {
+			n.offerGrace(j)
 			pending = append(pending, j)
 		}
 	}
@@ -275,29 +278,126 @@ func (n *Namespace) loadAndFinish(ctx context.Context, js []*job, src source) {
 	}
 }
 
+// wait waits for the flight's answer, or for ctx, or, when the reader may
+// be served a stale value and the load is slow, for its grace
+// (Policy.SlowLoadGrace) to pass.
 func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result, error) {
-	select {
-	case <-f.firstReady():
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
+	var g graceWait
+	defer g.stop()
+	res, err, answered := n.await(ctx, f, f.firstReady(), &g)
+	out := outcome{res, err}
+	if !answered {
+		out = f.firstOut
 	}
-	out := f.firstOut
 	// A stale value handed out while its refresh runs is past its hard time
 	// for a reader arriving late: that reader waits for the refresh, the one
 	// synchronous load allowed past hard.
-	if out.res.Source == SourceStale && n.exactNow() >= out.res.hard {
-		select {
-		case <-f.finishedReady():
+	if !answered && out.res.Source == SourceStale && n.exactNow() >= out.res.hard {
+		res, err, answered = n.await(ctx, f, f.finishedReady(), &g)
+		out = outcome{res, err}
+		if !answered {
 			out = f.finalOut
-		case <-ctx.Done():
-			return Result{}, ctx.Err()
 		}
+	}
+	if out.err != nil && answered {
+		return Result{}, out.err // the reader's own context ended
 	}
 	out.res.Collapsed = collapsed
 	if collapsed && out.res.Source == SourceLoaded {
 		out.res.Source = SourceJoined
 	}
 	return out.res, out.err
+}
+
+// graceWait is one reader's bound on its wait for a slow load: its timer
+// starts when the reader first has to wait, so each reader of a flight
+// waits at most Policy.SlowLoadGrace from then, whenever it joined.
+type graceWait struct {
+	t       *time.Timer
+	expired bool
+}
+
+func (g *graceWait) stop() {
+	if g.t != nil {
+		g.t.Stop()
+	}
+}
+
+// await waits for ready. answered is true when the reader has its answer
+// otherwise: res and err are then ctx's error, or the flight's stale value
+// once the reader's grace has passed.
+func (n *Namespace) await(ctx context.Context, f *flight, ready <-chan struct{}, g *graceWait) (res Result, err error, answered bool) {
+	select {
+	case <-ready:
+		return Result{}, nil, false
+	default:
+	}
+	// The timer is made only for a reader that must wait and may be
+	// served stale: a miss with nothing in hand allocates none.
+	grace := n.p.SlowLoadGrace > 0
+	var bound <-chan time.Time
+	if grace && !g.expired && f.mayGrace() {
+		if g.t == nil {
+			g.t = time.NewTimer(n.p.SlowLoadGrace)
+		}
+		bound = g.t.C
+	}
+	for {
+		// Past the grace: the flight's stale value, if it may be served,
+		// as soon as the flight has said what it is.
+		var offer <-chan struct{}
+		if grace && g.expired {
+			m, offered, set := f.graceOffer()
+			if offered {
+				if res, ok := n.graceStale(m); ok {
+					return res, nil, true
+				}
+			}
+			offer = set // nil once offered: nothing more to wait for but the load
+		}
+		select {
+		case <-ready:
+			return Result{}, nil, false
+		case <-ctx.Done():
+			return Result{}, ctx.Err(), true
+		case <-bound:
+			g.expired, bound = true, nil
+		case <-offer:
+		}
+	}
+}
+
+// offerGrace tells j's flight, before its load, which value its readers may
+// be served if the load outlasts their grace: the one stale-if-error would
+// serve if the load failed. A copy another process's invalidation demoted
+// is not offered: that one is a fallback for a source that fails, and a
+// slow source is still answering.
+func (n *Namespace) offerGrace(j *job) {
+	if n.p.SlowLoadGrace <= 0 {
+		return
+	}
+	m := n.bestStale(j.key, j.fallback, n.exactNow())
+	if m != nil && m.demoted {
+		m = nil
+	}
+	j.f.offerGrace(m)
+}
+
+// graceStale answers a reader whose grace passed with m, the flight's
+// offered value, if it is past its hard time and still within its
+// stale-if-error window. Before hard, stale-while-revalidate has answered
+// already or the value is not one to serve without the load.
+func (n *Namespace) graceStale(m *meta) (Result, bool) {
+	if m == nil {
+		return Result{}, false
+	}
+	now := n.exactNow()
+	if now < m.hard || now >= n.staleUntil(m) {
+		return Result{}, false
+	}
+	n.ctr.inc(evStaleOnSlowLoad)
+	res, _ := n.served(m, SourceStaleOnSlowLoad)
+	return res, true
 }
 
 // startRefresh starts a background refresh of key unless a flight for it is

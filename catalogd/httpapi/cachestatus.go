@@ -22,6 +22,7 @@ const cacheName = "holdfast"
 //	loaded          holdfast; fwd=miss; stored
 //	soft..hard      holdfast; hit; fwd=stale; detail=stale-while-revalidate
 //	past hard       holdfast; hit; detail=stale-if-error
+//	past hard, slow holdfast; hit; detail=stale-on-slow-load (the load outlasted SlowLoadGrace)
 //
 // collapsed is added when the read waited for another read's fetch, and ttl
 // is the remaining freshness in seconds (negative once stale), as RFC 9211
@@ -39,6 +40,10 @@ func appendCacheStatus(b []byte, res holdfast.Result, now time.Time, key string)
 		b = append(b, "; hit; fwd=stale; detail=stale-while-revalidate"...)
 	case holdfast.SourceStaleOnError:
 		b = append(b, "; hit; detail=stale-if-error"...)
+	case holdfast.SourceStaleOnSlowLoad:
+		// Served stale while the database is slow, as stale-if-error is
+		// while it fails; the detail tells the two apart.
+		b = append(b, "; hit; detail=stale-on-slow-load"...)
 	default: // SourceLoaded, SourceJoined (a miss another read loaded)
 		b = append(b, "; fwd=miss; stored"...)
 	}
