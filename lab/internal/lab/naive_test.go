@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -59,5 +60,82 @@ func TestNaiveLocalTTL(t *testing.T) {
 	}
 	if st := reader.Stats(); st["local_hits"] != 2 || st["local_entries"] != 1 {
 		t.Fatalf("stats %v", st)
+	}
+}
+
+// The naive mode with ReadReplicas reads as deployed replica-reading
+// clients do: GETs reach the replicas (a node picked at random per read
+// among the slot's primary and replica), with no check that a replica has
+// its data; the SETs of its loads go to the primaries. Without it, replicas
+// get no reads.
+func TestNaiveReadsReplicas(t *testing.T) {
+	c := testCluster(t)
+	// A replica is in CLUSTER SLOTS, where rueidis finds it, once it has
+	// replicated something.
+	fillAll(t, c)
+	if err := waitReplicasListed(c, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	src := NewSource(SourceConfig{})
+	src.Begin(time.Now(), 0, 0)
+	ctx := context.Background()
+	reads := func(replicas bool) (primary, replica int64) {
+		t.Helper()
+		before := map[string]int64{}
+		for _, a := range c.Addrs() {
+			info, err := infoAll(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before[a] = readCalls(info)
+		}
+		n, err := NewNaive(ctx, ReaderConfig{RedisAddrs: c.Addrs(), Load: src.Load, TTL: time.Minute, ReadReplicas: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		for i := range 300 {
+			if _, _, err := n.Get(ctx, "product:"+strconv.Itoa(i%30)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, a := range c.Addrs() {
+			info, err := infoAll(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			role, err := Role(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if role == "replica" {
+				replica += readCalls(info) - before[a]
+			} else {
+				primary += readCalls(info) - before[a]
+			}
+		}
+		return primary, replica
+	}
+	// 300 reads, each sent to one of two nodes at random: P(none to a
+	// replica) is 2^-300 or so, once the first 30 have loaded their keys.
+	if p, r := reads(true); r == 0 || p == 0 || p+r != 300 {
+		t.Fatalf("ReadReplicas: %d reads on primaries, %d on replicas; want 300, some on each", p, r)
+	}
+	if p, r := reads(false); r != 0 || p != 300 {
+		t.Fatalf("primaries only: %d reads on primaries, %d on replicas; want 300, 0", p, r)
+	}
+}
+
+// fillAll writes a key to every primary, so that every replica has
+// replicated something.
+func fillAll(t *testing.T, c *Cluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if role, err := Role(n.Addr()); err != nil || role != "primary" {
+			continue
+		}
+		if err := fillShard(c, n.Addr(), 10); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
