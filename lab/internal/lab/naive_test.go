@@ -2,11 +2,11 @@ package lab
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // The naive mode's two-level cache: the local map answers within its TTL,
@@ -63,79 +63,46 @@ func TestNaiveLocalTTL(t *testing.T) {
 	}
 }
 
-// The naive mode with ReadReplicas reads as deployed replica-reading
-// clients do: GETs reach the replicas (a node picked at random per read
-// among the slot's primary and replica), with no check that a replica has
-// its data; the SETs of its loads go to the primaries. Without it, replicas
-// get no reads.
+// The naive mode with ReadReplicas routes as deployed replica-reading
+// clients do: rueidis sends read-only commands (its GETs) to the node its
+// ReadNodeSelector picks, primary or replica at random, with no readiness
+// check, and writes (its SETs and DELs) to the primary. Without
+// ReadReplicas, everything goes to primaries.
 func TestNaiveReadsReplicas(t *testing.T) {
-	c := testCluster(t)
-	// A replica is in CLUSTER SLOTS, where rueidis finds it, once it has
-	// replicated something.
-	fillAll(t, c)
-	if err := waitReplicasListed(c, 15*time.Second); err != nil {
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	src := NewSource(SourceConfig{})
-	src.Begin(time.Now(), 0, 0)
-	ctx := context.Background()
-	reads := func(replicas bool) (primary, replica int64) {
-		t.Helper()
-		before := map[string]int64{}
-		for _, a := range c.Addrs() {
-			info, err := infoAll(a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before[a] = readCalls(info)
-		}
-		n, err := NewNaive(ctx, ReaderConfig{RedisAddrs: c.Addrs(), Load: src.Load, TTL: time.Minute, ReadReplicas: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
-		for i := range 300 {
-			if _, _, err := n.Get(ctx, "product:"+strconv.Itoa(i%30)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, a := range c.Addrs() {
-			info, err := infoAll(a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			role, err := Role(a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if role == "replica" {
-				replica += readCalls(info) - before[a]
-			} else {
-				primary += readCalls(info) - before[a]
-			}
-		}
-		return primary, replica
+	defer srv.Close()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// 300 reads, each sent to one of two nodes at random: P(none to a
-	// replica) is 2^-300 or so, once the first 30 have loaded their keys.
-	if p, r := reads(true); r == 0 || p == 0 || p+r != 300 {
-		t.Fatalf("ReadReplicas: %d reads on primaries, %d on replicas; want 300, some on each", p, r)
-	}
-	if p, r := reads(false); r != 0 || p != 300 {
-		t.Fatalf("primaries only: %d reads on primaries, %d on replicas; want 300, 0", p, r)
-	}
-}
+	defer c.Close()
+	get := c.B().Get().Key("k").Build()
+	set := c.B().Set().Key("k").Value("v").Build()
+	del := c.B().Del().Key("k").Build()
 
-// fillAll writes a key to every primary, so that every replica has
-// replicated something.
-func fillAll(t *testing.T, c *Cluster) {
-	t.Helper()
-	for _, n := range c.Nodes {
-		if role, err := Role(n.Addr()); err != nil || role != "primary" {
-			continue
-		}
-		if err := fillShard(c, n.Addr(), 10); err != nil {
-			t.Fatal(err)
-		}
+	o := naiveOptions(ReaderConfig{RedisAddrs: []string{srv.Addr()}, ReadReplicas: true})
+	if o.SendToReplicas == nil || o.ReadNodeSelector == nil {
+		t.Fatal("ReadReplicas: no SendToReplicas or ReadNodeSelector")
+	}
+	if !o.SendToReplicas(get) || o.SendToReplicas(set) || o.SendToReplicas(del) {
+		t.Fatalf("SendToReplicas: GET %v, SET %v, DEL %v; want true, false, false",
+			o.SendToReplicas(get), o.SendToReplicas(set), o.SendToReplicas(del))
+	}
+	nodes := []rueidis.NodeInfo{{Addr: "primary"}, {Addr: "replica"}}
+	picked := map[int]int{}
+	for range 1000 {
+		picked[o.ReadNodeSelector(0, nodes)]++
+	}
+	// Each of two nodes at random: both, and nothing else, in 1,000 picks
+	// (P(one never picked) is 2^-999).
+	if len(picked) != 2 || picked[0] == 0 || picked[1] == 0 {
+		t.Fatalf("ReadNodeSelector picked %v; want nodes 0 and 1", picked)
+	}
+
+	if o := naiveOptions(ReaderConfig{RedisAddrs: []string{srv.Addr()}}); o.SendToReplicas != nil || o.ReadNodeSelector != nil {
+		t.Fatal("without ReadReplicas: reads sent to replicas")
 	}
 }

@@ -57,7 +57,14 @@ func TestServerFreezeKillRestart(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
-	c := testCluster(t)
+	if testing.Short() {
+		t.Skip("starts six servers")
+	}
+	c, err := StartCluster(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	roles := map[string]int{}
 	for _, a := range c.Addrs() {
 		r, err := Role(a)
@@ -69,19 +76,4 @@ func TestCluster(t *testing.T) {
 	if roles["primary"] != 3 || roles["replica"] != 3 {
 		t.Fatalf("roles %v, want 3 primaries and 3 replicas", roles)
 	}
-}
-
-// testCluster starts a cluster closed at the end of the test; skipped with
-// -short.
-func testCluster(t *testing.T) *Cluster {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts six servers")
-	}
-	c, err := StartCluster(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
