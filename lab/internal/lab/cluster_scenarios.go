@@ -21,8 +21,9 @@ import (
 // replica restarted empty: whether it answers reads before it has its data
 // again). Both read 3,000 uniform keys at 300 req/s, warmed before the run
 // so that the figures are of Redis, not of first loads; holdfast's hot tier
-// is off so that every read goes to Redis. The naive mode (rueidis, reads
-// from primaries only, no node health) shows the before.
+// is off so that every read goes to Redis. The naive mode (rueidis, no
+// node health; reads from primaries only in node-freeze, from primaries and
+// replicas in replica-resync) shows the before.
 const (
 	clusterRate = 300.0
 	clusterKeys = 3000
@@ -307,12 +308,25 @@ func (r *freezeRun) extra(f *Fixture, res *ModeResult) {
 // repl-diskless-sync-delay alone is 5 s). Until it has its data, a replica
 // answers every GET with a miss (replica-serve-stale-data). In production
 // that started a loop: empty answers, misses, a storm of writes, the sync
-// buffer overflowed and the resync failed again. Figure:
+// buffer overflowed and the resync failed again. The naive mode reads
+// replicas here as such deployments do (ReaderConfig.ReadReplicas), with
+// nothing that checks a replica has its data. rueidis does not check it:
+// it routes by CLUSTER SLOTS alone. What ends the naive mode's reads of the
+// empty replica is Redis: the kill closes rueidis's connection, rueidis
+// reads CLUSTER SLOTS again after a random delay under 1 s, and Redis 7
+// leaves out of it a replica that has replicated nothing yet (and rueidis
+// does not read it again in the run, so the replica gets no more reads
+// once in sync either). A client whose topology still listed the replica
+// would read it empty for the whole resync. Figures:
 // unready_replica_reads, the reads it answered before it was ready — from the
 // client's per-node counters in the holdfast mode (ready = the tier's
 // readiness), cross-checked with the new process's own INFO commandstats (GET
 // + MGET calls); in the naive mode, which has no per-node counters, from INFO
-// alone (ready = synced by its own INFO).
+// alone (ready = synced by its own INFO). And what those reads cost: the
+// misses and loader calls from the restart until the replica was ready
+// (misses_during_resync, loads_during_resync) beside the same counts over a
+// window of the same length just before the restart (*_before_resync), when
+// every key was in Redis.
 func replicaResync(o Options) Plan {
 	d := o.length(baseDuration)
 	ks := keyScale(o)
@@ -324,16 +338,23 @@ func replicaResync(o Options) Plan {
 	p["fill_value_bytes"] = 100
 	p["fault"] = "SIGKILL one replica at fault_start_s and restart it at once, empty (no persistence), on the same port and node id: full resync"
 	p["ready"] = "holdfast: the tier's readiness (NodeStats State); naive: the replica's INFO (master_link_status:up, master_sync_in_progress:0, loading:0)"
+	p["naive_redis_client"] = "rueidis cluster client, read-only commands to a node picked at random among the slot's primary and replicas (SendToReplicas + ReadNodeSelector, as go-redis RouteRandomly), no replica readiness check, no client-side cache, no retries, no node health"
+	p["resync_window"] = "from the replica's kill until it was ready (as in ready); *_before_resync: a window of the same length just before the kill (from the run's start if shorter, before_resync_window_ms)"
+	p["misses"] = "naive: GETs answered empty (misses) and failed GETs (redis_get_errors), each followed by a load and a SET; holdfast: hf_shared_misses and hf_shared_errors"
 	run := func(ctx context.Context, o Options, m Mode) (ModeResult, error) {
-		r := &resyncRun{d: d, clientReads: -1, readyAfter: -1, syncedAfter: -1}
+		r := &resyncRun{d: d, restartAt: w[0], clientReads: -1, readyAfter: -1, syncedAfter: -1}
 		t := clusterTraffic(d, keys)
+		t.Reader.ReadReplicas = true
 		t.Setup = func(f *Fixture) error { return r.setup(f, keys, fill) }
-		t.Faults = []Fault{{At: w[0], Name: "restart replica", Do: r.restart}}
+		t.Faults = []Fault{
+			{At: 0, Name: "count before restart", Do: r.countBefore},
+			{At: w[0], Name: "restart replica", Do: r.restart},
+		}
 		t.Extra = r.extra
 		return t.RunMode(ctx, o, m)
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: run,
-		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads"}
+		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads; naive > 0, each read a miss and a load (misses_during_resync, loads_during_resync) where the same length before the restart had none, until rueidis re-reads the topology after the kill and Redis 7 leaves the empty replica out of it"}
 }
 
 // resyncRun is one mode's run of replica-resync.
@@ -342,9 +363,13 @@ type resyncRun struct {
 	replica *redistest.Process
 	primary string
 
+	restartAt time.Duration // offset of the kill
+
 	// Set on the fault goroutine, read by extra after it ended.
 	restarted      bool
-	clientReads    int64 // -1 without per-node counters
+	before         []resyncCount // every 20 ms from the run's start to the kill
+	atKill, atEnd  resyncCount   // at the kill, and when the replica was ready (or the run ended)
+	clientReads    int64         // -1 without per-node counters
 	serverReads    int64
 	samples        int
 	readyAfter     time.Duration // -1: not ready by the end of the run
@@ -377,8 +402,49 @@ func (r *resyncRun) setup(f *Fixture, keys, fill int) error {
 		return err
 	}
 	waitNodesReady(f, 15*time.Second)
+	if n, ok := f.Reader.(*Naive); ok {
+		if err := waitReplicasListed(f.Cluster, 15*time.Second); err != nil {
+			return err
+		}
+		if err := n.redial(); err != nil {
+			return err
+		}
+	}
 	time.Sleep(redis.DefaultPrimaryAfterWrite + 100*time.Millisecond)
 	return nil
+}
+
+// waitReplicasListed waits, at most limit, until every node lists every
+// replica in CLUSTER SLOTS (Redis lists a replica there only once it has
+// replicated something).
+func waitReplicasListed(c *Cluster, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		missing := ""
+		for _, n := range c.Nodes {
+			slots, err := Command(n.Addr(), time.Second, "CLUSTER", "SLOTS")
+			if err != nil {
+				return fmt.Errorf("CLUSTER SLOTS: %w", err)
+			}
+			listed := map[string]bool{}
+			for _, l := range strings.Split(slots, "\n") {
+				listed[strings.TrimSpace(l)] = true
+			}
+			for _, r := range c.Nodes {
+				_, port, _ := strings.Cut(r.Addr(), ":")
+				if !listed[port] && missing == "" {
+					missing = r.Addr() + " in " + n.Addr() + "'s CLUSTER SLOTS"
+				}
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listed within %v: %s", limit, missing)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // fillShard writes n keys of 100 bytes to the slots of primary, through a
@@ -423,11 +489,50 @@ func fillShard(c *Cluster, primary string, n int) error {
 	return flush()
 }
 
+// resyncCount is the reader's misses and the source's loads at a time.
+type resyncCount struct {
+	at             time.Time
+	misses, errors float64
+	loads          int64
+}
+
+func countNow(f *Fixture) resyncCount {
+	st := f.Reader.Stats()
+	loads, _ := f.Source.Calls()
+	c := resyncCount{at: time.Now(), loads: loads}
+	if _, ok := st["misses"]; ok { // naive
+		c.misses, c.errors = st["misses"], st["redis_get_errors"]
+	} else {
+		c.misses, c.errors = st["hf_shared_misses"], st["hf_shared_errors"]
+	}
+	return c
+}
+
+// countBefore samples the counts every 20 ms until the kill, so that extra
+// can take a window before it as long as the resync turns out to be.
+func (r *resyncRun) countBefore(ctx context.Context, f *Fixture) error {
+	kill := f.Start.Add(r.restartAt)
+	for {
+		r.before = append(r.before, countNow(f))
+		wait := min(20*time.Millisecond, time.Until(kill))
+		if wait <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
 // restart kills the replica, then starts it again empty, and samples until
 // it is ready (or the run ends): the client's reads counted for it and its
 // own GET/MGET calls, at the last sample taken while it was not ready.
 func (r *resyncRun) restart(ctx context.Context, f *Fixture) error {
+	r.atKill = countNow(f)
 	r.replica.Kill()
+	defer func() { r.atEnd = countNow(f) }()
 	// Read after the kill: no answer from the old process can come later.
 	pre, counted := nodeStat(f.Reader, r.replica.Addr())
 	if counted {
@@ -497,6 +602,27 @@ func (r *resyncRun) extra(f *Fixture, res *ModeResult) {
 	if s, ok := nodeStat(f.Reader, r.replica.Addr()); ok {
 		res.Extra["replica_client_reads_after_restart"] = float64(s.Reads - r.clientReadsPre)
 	}
+	if len(r.before) == 0 || r.atEnd.at.IsZero() {
+		return
+	}
+	// The same length before the kill: the first sample at or after
+	// kill - length (the run's first one if the run began later).
+	length := r.atEnd.at.Sub(r.atKill.at)
+	from := r.before[0]
+	for _, c := range r.before {
+		if !c.at.Before(r.atKill.at.Add(-length)) {
+			from = c
+			break
+		}
+	}
+	res.Extra["resync_window_ms"] = ms(length)
+	res.Extra["before_resync_window_ms"] = ms(r.atKill.at.Sub(from.at))
+	res.Extra["misses_during_resync"] = r.atEnd.misses - r.atKill.misses
+	res.Extra["misses_before_resync"] = r.atKill.misses - from.misses
+	res.Extra["get_errors_during_resync"] = r.atEnd.errors - r.atKill.errors
+	res.Extra["get_errors_before_resync"] = r.atKill.errors - from.errors
+	res.Extra["loads_during_resync"] = float64(r.atEnd.loads - r.atKill.loads)
+	res.Extra["loads_before_resync"] = float64(r.atKill.loads - from.loads)
 }
 
 // infoAll returns every field of the server's INFO ALL.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ import (
 // outage.
 type Naive struct {
 	c       rueidis.Client
+	opt     rueidis.ClientOption
 	load    func(ctx context.Context, key string) ([]byte, error)
 	ttl     time.Duration
 	timeout time.Duration
@@ -48,13 +50,7 @@ func NewNaive(ctx context.Context, cfg ReaderConfig) (Reader, error) {
 		return nil, errors.New("naive mode needs a Redis address")
 	}
 	t := cfg.timeout()
-	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:      cfg.RedisAddrs,
-		DisableCache:     true,
-		DisableRetry:     true,
-		ConnWriteTimeout: t,
-		Dialer:           netDialer(t),
-	})
+	c, err := rueidis.NewClient(naiveOptions(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("naive: rueidis client: %w", err)
 	}
@@ -62,11 +58,53 @@ func NewNaive(ctx context.Context, cfg ReaderConfig) (Reader, error) {
 	if ttl <= 0 {
 		ttl = time.Minute
 	}
-	n := &Naive{c: c, load: cfg.Load, ttl: ttl, timeout: t}
+	n := &Naive{c: c, opt: naiveOptions(cfg), load: cfg.Load, ttl: ttl, timeout: t}
 	if cfg.LocalTTL > 0 {
 		return &LocalTTL{Naive: n, ttl: cfg.LocalTTL, m: map[string]localEntry{}}, nil
 	}
 	return n, nil
+}
+
+// naiveOptions is the naive mode's rueidis client option. With
+// cfg.ReadReplicas, read-only commands go to a node of the slot picked at
+// random, primary or replica (the usual way of spreading reads over
+// replicas), and rueidis routes by the topology alone: a replica listed
+// there gets reads however far behind or empty it is.
+func naiveOptions(cfg ReaderConfig) rueidis.ClientOption {
+	t := cfg.timeout()
+	o := rueidis.ClientOption{
+		InitAddress:      cfg.RedisAddrs,
+		DisableCache:     true,
+		DisableRetry:     true,
+		ConnWriteTimeout: t,
+		Dialer:           netDialer(t),
+	}
+	if cfg.ReadReplicas {
+		o.SendToReplicas = func(cmd rueidis.Completed) bool { return cmd.IsReadOnly() }
+		o.ReadNodeSelector = randomNode
+	}
+	return o
+}
+
+// randomNode picks any of a slot's nodes (nodes[0] is the primary).
+func randomNode(_ uint16, nodes []rueidis.NodeInfo) int { return rand.IntN(len(nodes)) }
+
+// redial replaces the client with a new one, which reads the cluster's
+// topology afresh; not safe while reads run. rueidis reads a cluster's
+// topology when it is built and again only when a connection closes or a
+// node answers MOVED, so a client built against a cluster that has just
+// been created never lists its replicas (Redis leaves a replica out of
+// CLUSTER SLOTS until it has replicated something): replica-resync redials
+// once the replicas are in sync, as a service started against a running
+// cluster would have them.
+func (n *Naive) redial() error {
+	c, err := rueidis.NewClient(n.opt)
+	if err != nil {
+		return fmt.Errorf("naive: rueidis client: %w", err)
+	}
+	n.c.Close()
+	n.c = c
+	return nil
 }
 
 // Get is cache-aside: GET, on miss or error load, then SET.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // The naive mode's two-level cache: the local map answers within its TTL,
@@ -59,5 +60,49 @@ func TestNaiveLocalTTL(t *testing.T) {
 	}
 	if st := reader.Stats(); st["local_hits"] != 2 || st["local_entries"] != 1 {
 		t.Fatalf("stats %v", st)
+	}
+}
+
+// The naive mode with ReadReplicas routes as deployed replica-reading
+// clients do: rueidis sends read-only commands (its GETs) to the node its
+// ReadNodeSelector picks, primary or replica at random, with no readiness
+// check, and writes (its SETs and DELs) to the primary. Without
+// ReadReplicas, everything goes to primaries.
+func TestNaiveReadsReplicas(t *testing.T) {
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	get := c.B().Get().Key("k").Build()
+	set := c.B().Set().Key("k").Value("v").Build()
+	del := c.B().Del().Key("k").Build()
+
+	o := naiveOptions(ReaderConfig{RedisAddrs: []string{srv.Addr()}, ReadReplicas: true})
+	if o.SendToReplicas == nil || o.ReadNodeSelector == nil {
+		t.Fatal("ReadReplicas: no SendToReplicas or ReadNodeSelector")
+	}
+	if !o.SendToReplicas(get) || o.SendToReplicas(set) || o.SendToReplicas(del) {
+		t.Fatalf("SendToReplicas: GET %v, SET %v, DEL %v; want true, false, false",
+			o.SendToReplicas(get), o.SendToReplicas(set), o.SendToReplicas(del))
+	}
+	nodes := []rueidis.NodeInfo{{Addr: "primary"}, {Addr: "replica"}}
+	picked := map[int]int{}
+	for range 1000 {
+		picked[o.ReadNodeSelector(0, nodes)]++
+	}
+	// Each of two nodes at random: both, and nothing else, in 1,000 picks
+	// (P(one never picked) is 2^-999).
+	if len(picked) != 2 || picked[0] == 0 || picked[1] == 0 {
+		t.Fatalf("ReadNodeSelector picked %v; want nodes 0 and 1", picked)
+	}
+
+	if o := naiveOptions(ReaderConfig{RedisAddrs: []string{srv.Addr()}}); o.SendToReplicas != nil || o.ReadNodeSelector != nil {
+		t.Fatal("without ReadReplicas: reads sent to replicas")
 	}
 }

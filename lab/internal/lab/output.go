@@ -152,7 +152,7 @@ type IndexEntry struct {
 // headlineExtras are the scenario figures index.md repeats: the scenarios'
 // target figures, and the loads that show coalescing.
 var headlineExtras = []string{
-	"first_ejection_ms", "healthy_keys_p99_ratio", "unready_replica_reads",
+	"first_ejection_ms", "healthy_keys_p99_ratio", "unready_replica_reads", "misses_during_resync", "loads_during_resync",
 	"hot_tier_share", "hot_tier_keys", "hot_tier_key_share", "node_ops_max_over_mean", "violations", "cold_key_loads",
 	"loads_per_burst_16_max", "loads_burst_1000", "loads_burst_16_redis_down", "loads_per_burst_max",
 	"propagation_p50_ms", "propagation_p99_ms", "old_reads_past_bound", "hot_share_before_freeze", "hot_share_during_freeze", "converge_after_thaw_ms",
@@ -232,8 +232,10 @@ func ReadReport(r io.Reader) (*Report, error) {
 var targetFigures = map[string]bool{
 	"first_ejection_ms": true, "healthy_keys_p99_ratio": true, "unready_replica_reads": true,
 	"hot_tier_share": true, "hot_tier_key_share": true, "node_ops_max_over_mean": true, "violations": true,
-	// replica-resync's cross-check of unready_replica_reads, from the server.
-	"unready_replica_server_reads": true,
+	// replica-resync's cross-check of unready_replica_reads, from the server,
+	// and what those reads cost beside the same length before the restart.
+	"unready_replica_server_reads": true, "misses_during_resync": true, "misses_before_resync": true,
+	"loads_during_resync": true, "loads_before_resync": true,
 	// update-propagation's.
 	"propagation_p50_ms": true, "propagation_p99_ms": true, "propagation_max_ms": true,
 	"old_reads_past_bound": true, "old_reads_outage_bound": true, "old_reads_during_freeze": true, "errors": true, "errors_during_freeze": true,

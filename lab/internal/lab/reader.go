@@ -71,6 +71,14 @@ type ReaderConfig struct {
 	// entries live LocalTTL, then cache-aside over Redis). Zero: none, every
 	// naive read goes to Redis. holdfast ignores it.
 	LocalTTL time.Duration
+	// ReadReplicas makes the naive mode read from replicas as deployed
+	// setups do (rueidis SendToReplicas for read-only commands, each read
+	// sent to a node picked at random among the slot's primary and
+	// replicas, like go-redis's RouteRandomly): nothing checks that a
+	// replica has its data, so a replica in full resync answers reads.
+	// Writes still go to the primary. holdfast ignores it (its tier reads
+	// the primary and the replicas it finds ready).
+	ReadReplicas bool
 	// Timeout is the naive mode's per-command Redis timeout (100 ms, as a
 	// production autocomplete service set it) and holdfast's read budget.
 	// Zero means 100 ms.

@@ -81,7 +81,12 @@ func TestSmokeAllScenarios(t *testing.T) {
 						t.Errorf("%s: no %s in %v", m.Mode, k, m.Extra)
 					}
 				}
-				if s.Name == "replica-resync" && m.Extra["unready_replica_reads"] != 0 {
+				// The naive mode reads the empty replica only until rueidis
+				// re-reads the topology, after a random delay under 1 s: maybe
+				// none, so only holdfast's count is checked here;
+				// TestNaiveReadsReplicas checks that the naive reads reach
+				// replicas.
+				if s.Name == "replica-resync" && m.Mode == "holdfast" && m.Extra["unready_replica_reads"] != 0 {
 					t.Errorf("%s: %v reads answered by the replica before it was ready", m.Mode, m.Extra["unready_replica_reads"])
 				}
 			}
@@ -92,8 +97,9 @@ func TestSmokeAllScenarios(t *testing.T) {
 // smokeFigures are extra figures a scenario must report in every mode, even
 // shortened.
 var smokeFigures = map[string][]string{
-	"node-freeze":    {"healthy_keys_p99_ratio"},
-	"replica-resync": {"unready_replica_reads", "unready_replica_server_reads"},
+	"node-freeze": {"healthy_keys_p99_ratio"},
+	"replica-resync": {"unready_replica_reads", "unready_replica_server_reads",
+		"misses_during_resync", "misses_before_resync", "loads_during_resync", "loads_before_resync"},
 	// Shortened, the older processes have not shared their hot keys yet
 	// (every 5 s) when the late one starts, nor found them hot, maybe: the
 	// ratios need a share of theirs above 0.
