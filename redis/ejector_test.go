@@ -173,7 +173,7 @@ func TestClusterOptionsValidate(t *testing.T) {
 		t.Fatalf("MaxProbeInterval below a long ProbeInterval: %v, %v", c.MaxProbeInterval, err)
 	}
 	c, _ = ClusterOptions{}.withDefaults()
-	if c.ConsecutiveFailures != 3 || c.ProbeInterval != 250*time.Millisecond || c.MaxProbeInterval != 10*time.Second ||
+	if c.ConsecutiveFailures != 3 || c.ProbeInterval != 250*time.Millisecond || c.MaxProbeInterval != time.Second ||
 		c.SilentConnTimeout != time.Second || c.ReadinessInterval != time.Second || c.MaxEjectedShare != 0.5 {
 		t.Fatalf("defaults: %+v", c)
 	}

@@ -642,6 +642,14 @@ func TestReadPathOversizedRefused(t *testing.T) {
 	p.Hot.Keys = holdfast.HotAll
 	p.MaxValueBytes = 4 << 10
 	rp := newReadPath(t, redis.Options{MaxStoredBytes: 1 << 10}, holdfast.Options{}, p)
+	// Hot copies loaded before the stream is first heard are checked
+	// against Redis once it is, and the tier-refused one, which Redis
+	// does not hold, would be dropped then.
+	for deadline := time.Now().Add(10 * time.Second); !rp.cache.Stream().Heard; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream not heard after 10 s")
+		}
+	}
 	sizes := map[string]int{"small": 100, "tier-big": 2 << 10, "ns-big": 8 << 10}
 	var loads sync.Map
 	l := holdfast.LoaderFunc(func(_ context.Context, key string) ([]byte, error) {
