@@ -18,8 +18,8 @@ import (
 //   - cpu_ms_client: the lab process's user+system time (getrusage
 //     RUSAGE_SELF, every thread), plus, where the readers are processes of
 //     their own (update-propagation, hot-key-warm-start), those processes'
-//     utime+stime from /proc/PID/stat; the stampede and cross-process
-//     scenarios count their own reader processes the same way;
+//     CPU time from /proc/PID/stat (the same fields as the servers'), and
+//     cross-process-stampede's burst processes the same way;
 //   - cpu_ms_redis: the fixture's redis-servers' utime+stime+cutime+cstime
 //     from /proc/PID/stat (the children's part is the fork that writes an
 //     RDB for a replica's full resync, which redis-server waits for);
@@ -29,10 +29,10 @@ import (
 // The interval is the traffic only: from just before the first request to
 // just after the last answer (and, for timed scenarios, the faults' end), not
 // the servers' start, the cluster's creation or a reader's warm-up. The lab
-// process also runs the schedule, the recorder and the source, the same
-// work in every mode, so the client figure is an upper bound on the client
-// library's own cost and its difference between modes is what the library
-// adds.
+// process also runs the schedule, the recorder and the stand-in source,
+// whose work follows the mode's requests and loader calls, so the client
+// figure bounds the client library's own cost from above rather than
+// isolating it.
 //
 // Processes are told apart by pid and start time, so a server restarted
 // during the run (replica-resync) counts its old process up to its last
