@@ -296,6 +296,19 @@ func (s *Process) Port() int { return s.port }
 // Dir returns the server's working directory (data files and redis.log).
 func (s *Process) Dir() string { return s.dir }
 
+// Pid returns the operating-system process id of the server as last
+// started, or 0 if it never was. A Restart changes it; after Kill it is the
+// id of the exited process. Callers use it to read the process's own
+// accounting (CPU time in /proc), which the package does not interpret.
+func (s *Process) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Running reports whether the process is started and has not exited; a
 // frozen process is running.
 func (s *Process) Running() bool {

@@ -75,6 +75,14 @@ func crossProcessStampede(o Options) Plan {
 			kids = append(kids, k)
 		}
 
+		// CPU time is measured over the bursts: the reader processes' and
+		// this one's, which only relays.
+		var pids []int
+		for _, k := range kids {
+			pids = append(pids, k.cmd.Process.Pid)
+		}
+		meter := startCPU([]*redistest.Process{srv}, pids...)
+		defer meter.stop()
 		start := time.Now()
 		rec := NewRecorder(0, 0)
 		o.Progress.Begin(o.label(m), d)
@@ -108,6 +116,7 @@ func crossProcessStampede(o Options) Plan {
 			total += loads
 			worst = max(worst, loads)
 		}
+		cpu := meter.stop()
 		res.Stats = rec.Overall()
 		res.Window = rec.Window()
 		res.LoaderCalls = total
@@ -117,6 +126,7 @@ func crossProcessStampede(o Options) Plan {
 			"loads_per_burst_mean": float64(total) / reps,
 			"loads_per_burst_max":  float64(worst),
 		}
+		cpu.addTo(&res)
 		return res, nil
 	}
 	return Plan{Params: p, Duration: d, RunMode: run,

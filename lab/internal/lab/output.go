@@ -156,6 +156,8 @@ var headlineExtras = []string{
 	"hot_tier_share", "hot_tier_keys", "hot_tier_key_share", "node_ops_max_over_mean", "violations", "cold_key_loads",
 	"loads_per_burst_16_max", "loads_burst_1000", "loads_burst_16_redis_down", "loads_per_burst_max",
 	"propagation_p50_ms", "propagation_p99_ms", "old_reads_past_bound", "hot_share_before_freeze", "hot_share_during_freeze", "converge_after_thaw_ms",
+	// What each mode cost for its figures: CPU time per 1,000 requests.
+	"cpu_ms_per_1k_client", "cpu_ms_per_1k_redis",
 }
 
 // WriteIndex writes DIR/index.md linking every scenario's outputs.

@@ -287,6 +287,11 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 		return res, err
 	}
 	ops0 := nodeOps(c)
+	// CPU time is measured from here to the end of the schedule and the
+	// faults: the reader processes', and this one's, which writes and
+	// freezes; not the processes' warm-up, nor their reports afterwards.
+	meter := startCPU(c.Nodes, procs.pids()...)
+	defer meter.stop()
 	start := time.Now().Add(300 * time.Millisecond)
 	if err := procs.begin(start); err != nil {
 		return res, err
@@ -316,6 +321,7 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 	}
 	cancelFaults()
 	fwg.Wait()
+	cpu := meter.stop()
 	if faultErr != nil && !errors.Is(faultErr, context.Canceled) {
 		return res, fmt.Errorf("fault: %w", faultErr)
 	}
@@ -356,6 +362,7 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 	for name, v := range analyzePropagation(in) {
 		res.Extra[name] = v
 	}
+	cpu.addTo(&res)
 	return res, nil
 }
 

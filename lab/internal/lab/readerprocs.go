@@ -59,6 +59,15 @@ func startReaderProcs[C any](ctx context.Context, kind, configEnv string, cfgs [
 	return p, nil
 }
 
+// pids returns the processes' ids, for the CPU meter.
+func (p *readerProcs) pids() []int {
+	var out []int
+	for _, k := range p.kids {
+		out = append(out, k.cmd.Process.Pid)
+	}
+	return out
+}
+
 // begin tells every process to start its schedule at start.
 func (p *readerProcs) begin(start time.Time) error {
 	for _, k := range p.kids {

@@ -50,6 +50,10 @@ func stampede(o Options) Plan {
 		defer func() { err = errors.Join(err, r.Close()) }()
 		ops0, _ := CommandsProcessed(srv.Addr())
 
+		// CPU time is measured over the bursts, the Redis-down one
+		// included; the killed server's time after its last sample is lost.
+		meter := startCPU([]*redistest.Process{srv})
+		defer meter.stop()
 		start := time.Now()
 		src.Begin(start, 0, 0)
 		rec := NewRecorder(0, 0)
@@ -93,6 +97,7 @@ func stampede(o Options) Plan {
 		srv.Kill()
 		n, _ = burst("stampede:redis-down", small)
 		res.Extra["loads_burst_16_redis_down"] = float64(n)
+		cpu := meter.stop()
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
@@ -110,6 +115,7 @@ func stampede(o Options) Plan {
 		for k, v := range r.Stats() {
 			res.Extra[k] = v
 		}
+		cpu.addTo(&res)
 		return res, nil
 	}
 	return Plan{Params: p, Duration: d, RunMode: run,

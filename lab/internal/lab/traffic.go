@@ -114,6 +114,10 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 		ops0[i], _ = CommandsProcessed(a)
 	}
 
+	// CPU time is measured over the traffic and its faults, not the
+	// fixture's start or Setup's warm-up.
+	meter := startCPU(f.servers())
+	defer meter.stop()
 	// Start a little ahead so that the first request is not late because of
 	// the goroutines started below.
 	f.Start = time.Now().Add(20 * time.Millisecond)
@@ -175,6 +179,7 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 	}
 	cancelFaults()
 	fwg.Wait()
+	cpu := meter.stop()
 	if faultErr != nil && !errors.Is(faultErr, context.Canceled) {
 		return res, fmt.Errorf("fault: %w", faultErr)
 	}
@@ -208,6 +213,7 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 		res.Extra["aside_max_ms"] = a.Max
 		res.Extra["aside_window_requests"] = float64(aw.Requests)
 	}
+	cpu.addTo(&res)
 	if t.Extra != nil {
 		t.Extra(f, &res)
 	}

@@ -231,11 +231,24 @@ func warmStartRun(ctx context.Context, o Options, m Mode, d, late time.Duration,
 		return res, err
 	}
 	ops0 := nodeOps(c)
+	// CPU time is measured from here to the end of the schedule: the
+	// reader processes' (the late ones' start included, the point of the
+	// scenario) and this one's; not the older processes' warm-up, nor the
+	// reports the processes send afterwards.
+	meter := startCPU(c.Nodes, procs.pids()...)
+	defer meter.stop()
 	start := time.Now().Add(300 * time.Millisecond)
 	if err := procs.begin(start); err != nil {
 		return res, err
 	}
 	o.Progress.Begin(o.label(m), d)
+	if wait := time.Until(start.Add(d)); wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	cpu := meter.stop()
 
 	rec := NewRecorder(win[0], win[1])
 	res.Extra = map[string]float64{}
@@ -285,6 +298,7 @@ func warmStartRun(ctx context.Context, o Options, m Mode, d, late time.Duration,
 	for name, v := range warmStartFigures(older, lateReads, controlReads, win) {
 		res.Extra[name] = v
 	}
+	cpu.addTo(&res)
 	return res, nil
 }
 

@@ -1,0 +1,152 @@
+package lab
+
+import (
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
+)
+
+func TestParseProcStat(t *testing.T) {
+	// A command name with spaces and parentheses of its own (redis-server
+	// renames its process to "redis-server *:PORT"), then fields 3..22+.
+	const line = "1234 (redis-server *:0 (x) y) S 1 1234 1234 0 -1 4194560 1016 0 0 0 " +
+		"11 22 33 44 20 0 4 0 98765 12345678 2048 18446744073709551615 1 1 0 0 0 0 0 4096 17922 0 0 0 17 3 0 0 0 0 0\n"
+	got, err := parseProcStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (procTimes{ticks: 11 + 22 + 33 + 44, start: 98765}); got != want {
+		t.Fatalf("parseProcStat = %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{
+		"",
+		"1234 (cut short) S 1 2 3",
+		"1234 (no close paren S 1 1234 1234 0 -1 4194560 1016 0 0 0 11 22 33 44 20 0 4 0 98765",
+		"1234 (x) S 1 1234 1234 0 -1 4194560 1016 0 0 0 11 twenty-two 33 44 20 0 4 0 98765",
+	} {
+		if _, err := parseProcStat(bad); err == nil {
+			t.Errorf("parseProcStat(%q): no error", bad)
+		}
+	}
+}
+
+// TestCPUBusyLoop: a busy loop in this process shows as client CPU time,
+// both from getrusage and from this process's /proc/PID/stat. The loop runs
+// until the accounting moves, so the test asks for nothing beyond "> 0".
+func TestCPUBusyLoop(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the CPU figures are Linux-only")
+	}
+	if hz := clockTicks(); hz <= 0 {
+		t.Fatalf("clockTicks = %d", hz)
+	}
+	before, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startCPU(nil)
+	self0, ok := selfCPU()
+	if !ok {
+		t.Fatal("selfCPU not ok")
+	}
+	deadline := time.Now().Add(time.Minute)
+	var sink uint64
+	for {
+		for i := range 1_000_000 {
+			sink += uint64(i) * sink
+		}
+		now, err := procCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		self, _ := selfCPU()
+		if now.ticks > before.ticks && self > self0 {
+			if now.start != before.start {
+				t.Fatalf("start time changed: %d then %d", before.start, now.start)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no CPU time accounted after a minute of busy loop (sink %d)", sink)
+		}
+	}
+	u := m.stop()
+	if !u.clientOK || u.client <= 0 {
+		t.Fatalf("client CPU %v (ok %v), want > 0", u.client, u.clientOK)
+	}
+	if u.redisOK {
+		t.Fatalf("redis CPU reported with no servers: %v", u.redis)
+	}
+	res := ModeResult{Stats: Stats{Requests: 500}}
+	u.addTo(&res)
+	if res.Extra["cpu_ms_client"] <= 0 || res.Extra["cpu_ms_per_1k_client"] != 2*res.Extra["cpu_ms_client"] {
+		t.Fatalf("extra %v", res.Extra)
+	}
+	if _, ok := res.Extra["cpu_ms_redis"]; ok {
+		t.Fatalf("extra has a redis figure with no servers: %v", res.Extra)
+	}
+}
+
+// TestCPURedisRestart: a redis-server's CPU time counts, and a server
+// restarted during the measure counts both processes: the old one up to its
+// last sample, the new one from its start. Each server burns CPU (a Lua
+// loop) until its own accounting moves, so nothing here depends on timing.
+func TestCPURedisRestart(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the CPU figures are Linux-only")
+	}
+	s, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	burn := func() {
+		t.Helper()
+		pid := s.Pid()
+		before, err := procCPU(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if _, err := Command(s.Addr(), 10*time.Second, "EVAL", "local x = 0 for i = 1, 1000000 do x = x + i end return x", "0"); err != nil {
+				t.Fatal(err)
+			}
+			if now, err := procCPU(pid); err == nil && now.ticks > before.ticks {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no CPU time accounted to redis-server after a minute of Lua loops")
+			}
+		}
+	}
+	m := startCPU([]*redistest.Process{s})
+	defer m.stop()
+	burn()
+	m.sample(false) // the old process's last sample, before the kill
+	old := s.Pid()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Pid() == old {
+		t.Fatalf("pid %d unchanged by the restart", old)
+	}
+	burn()
+	u := m.stop()
+	if !u.redisOK || u.redis <= 0 {
+		t.Fatalf("redis CPU %v (ok %v), want > 0", u.redis, u.redisOK)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.redis) != 2 {
+		t.Fatalf("%d redis processes measured, want 2 (before and after the restart): %v", len(m.redis), m.redis)
+	}
+	for k, sp := range m.redis {
+		if sp.last <= sp.first {
+			t.Errorf("process %d: ticks %d to %d, want an increase", k.pid, sp.first, sp.last)
+		}
+	}
+}
