@@ -63,7 +63,7 @@ type Main struct {
 func (m *Main) ParseFlags(args []string) int {
 	fs := flag.NewFlagSet("holdfast-lab", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
-	fs.StringVar(&m.scenario, "scenario", "", "scenario to run, or all (see -list)")
+	fs.StringVar(&m.scenario, "scenario", "", "scenario to run, a comma-separated list of them (run in order, in one process, as all runs them), or all (see -list)")
 	fs.StringVar(&m.out, "out", "lab-out", "directory for NAME.json, NAME.md, NAME.svg and index.md")
 	fs.DurationVar(&m.duration, "duration", 0, "length of each mode of a timed scenario (default: the scenario's, 30 s for most)")
 	fs.Float64Var(&m.scale, "scale", 1, "multiply the length by this, for smoke runs (e.g. 0.1)")
@@ -99,12 +99,16 @@ func (m *Main) Run(ctx context.Context) int {
 	if m.scenario == "all" {
 		todo = lab.Scenarios()
 	} else {
-		s, ok := lab.Lookup(m.scenario)
-		if !ok {
-			fmt.Fprintf(m.Stderr, "holdfast-lab: no scenario %q (see -list)\n", m.scenario)
-			return 2
+		// A list runs its scenarios one after the other in this process,
+		// as all does: what one leaves behind can show in the next.
+		for _, name := range strings.Split(m.scenario, ",") {
+			s, ok := lab.Lookup(strings.TrimSpace(name))
+			if !ok {
+				fmt.Fprintf(m.Stderr, "holdfast-lab: no scenario %q (see -list)\n", name)
+				return 2
+			}
+			todo = append(todo, s)
 		}
-		todo = []lab.Scenario{s}
 	}
 	if lab.IsTerminal(os.Stderr) {
 		m.progress = lab.NewProgress(m.Stderr)

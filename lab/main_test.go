@@ -46,7 +46,7 @@ func TestList(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"-scenario", "no-such"}, {"-scenario", "stampede", "-scale", "0"}} {
+	for _, args := range [][]string{{}, {"-scenario", "no-such"}, {"-scenario", "stampede,no-such"}, {"-scenario", "stampede", "-scale", "0"}} {
 		if code, _, _ := run(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
@@ -60,5 +60,10 @@ func TestMissingScenarioExitsNonZero(t *testing.T) {
 	code, out, errs := run(t, "-scenario", testMissing, "-out", dir)
 	if code != 1 || !strings.Contains(errs, "missing:") || out != "" {
 		t.Fatalf("code %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// A list runs each of its scenarios.
+	code, _, errs = run(t, "-scenario", testMissing+", "+testMissing, "-out", dir)
+	if code != 1 || strings.Count(errs, "missing:") != 2 {
+		t.Fatalf("a list of two: code %d, stderr %q", code, errs)
 	}
 }
