@@ -290,10 +290,9 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 	// CPU time is measured from here to the end of the schedule and the
 	// faults: the reader processes', and this one's, which writes and
 	// freezes; not the processes' warm-up, nor their reports afterwards.
-	meter := startCPU(c.Nodes, procs.pids()...)
+	start, meter, err := procs.begin(c.Nodes)
 	defer meter.stop()
-	start := time.Now().Add(300 * time.Millisecond)
-	if err := procs.begin(start); err != nil {
+	if err != nil {
 		return res, err
 	}
 	o.Progress.Begin(o.label(m), r.d)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
 // Scenarios whose readers are processes of their own (update-propagation,
@@ -68,14 +70,19 @@ func (p *readerProcs) pids() []int {
 	return out
 }
 
-// begin tells every process to start its schedule at start.
-func (p *readerProcs) begin(start time.Time) error {
+// begin starts a CPU meter over the processes and servers, then tells
+// every process to start its schedule 300 ms from now (time for the line
+// to reach each), and returns that start. The meter is the caller's to
+// stop, whatever the error.
+func (p *readerProcs) begin(servers []*redistest.Process) (time.Time, *cpuMeter, error) {
+	meter := startCPU(servers, p.pids()...)
+	start := time.Now().Add(300 * time.Millisecond)
 	for _, k := range p.kids {
 		if _, err := fmt.Fprintf(k.in, "go %d\n", start.UnixNano()); err != nil {
-			return err
+			return start, meter, err
 		}
 	}
-	return nil
+	return start, meter, nil
 }
 
 func (p *readerProcs) close() error {

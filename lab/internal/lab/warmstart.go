@@ -235,10 +235,9 @@ func warmStartRun(ctx context.Context, o Options, m Mode, d, late time.Duration,
 	// reader processes' (the late ones' start included, the point of the
 	// scenario) and this one's; not the older processes' warm-up, nor the
 	// reports the processes send afterwards.
-	meter := startCPU(c.Nodes, procs.pids()...)
+	start, meter, err := procs.begin(c.Nodes)
 	defer meter.stop()
-	start := time.Now().Add(300 * time.Millisecond)
-	if err := procs.begin(start); err != nil {
+	if err != nil {
 		return res, err
 	}
 	o.Progress.Begin(o.label(m), d)
