@@ -54,8 +54,13 @@ const lostAfterHeartbeats = 5
 // Stream reconnects back off from streamBackoff, doubling, to
 // maxStreamBackoff.
 const (
-	streamBackoff    = 50 * time.Millisecond
-	maxStreamBackoff = 500 * time.Millisecond // a dial a node at most; the gap it may add to an outage's end is what counts
+	streamBackoff = 50 * time.Millisecond
+	// maxStreamBackoff is short: an attempt on a frozen node already takes
+	// lostAfterHeartbeats intervals to give up, and the pause after it is
+	// what may add to the time until the process hears again once the
+	// outage ends, and with it until updates made meanwhile reach it. Ten
+	// dials a second at most, against a node that refuses them, is cheap.
+	maxStreamBackoff = 100 * time.Millisecond
 )
 
 // announcementMagic starts every announcement, to tell it from any other
