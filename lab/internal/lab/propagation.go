@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,16 +63,30 @@ import (
 //
 // Figures, per mode (see analyzePropagation):
 //   - propagation_p50/p99/max_ms: for each update made outside the freeze,
-//     from the writer's Invalidate returning to the moment the last reader
-//     first served the new version (or a newer one); each reader records
-//     every read, so this includes the wait for the reader's next read of
-//     the key (at 500 reads a second over Zipf keys, tens of milliseconds
-//     for the 10th most popular). propagation_last_old_* is the other side
-//     of the same bracket: the latest start of a read, after Invalidate
-//     returned, that still served an older version (0 when none did), a
-//     lower bound free of that wait; and next_read_new_share is the share of
-//     (update, reader) pairs whose first read of the key begun after
-//     Invalidate returned served the new version.
+//     from the writer's Invalidate returning to the moment from which the
+//     last reader serves the new version (or a newer one): the start of
+//     the first of its probe reads that served it after the last that
+//     served an older one. The writer tells every reader of each update as
+//     soon as it has bumped the source, before it invalidates; each reader
+//     then reads that key every propProbeEvery until it serves the new
+//     version (probeUpdate). The schedule's own reads of a key are too far
+//     apart to time this: a reader reads the 10th most popular key every
+//     130 ms or so. A probe read that begins after the reader dropped its
+//     copy misses and waits for the load (12 ms) of the new version; it is
+//     timed by its start, the moment a request arriving gets the new
+//     version. Probe reads count in old_reads_past_bound like the
+//     schedule's, and in no other figure. The updates made in the freeze
+//     are not probed; propagation_probe_unmeasured counts those a reader's
+//     probes did not see served within propProbeFor, for which the
+//     scheduled reads' figure below stands in. propagation_next_read_* is the
+//     upper bound from the schedule's reads alone: to the end of the last
+//     reader's first read that served the new version, so including the
+//     wait for that read and its load; propagation_last_old_* the lower
+//     bound: the latest start of a scheduled read, after Invalidate
+//     returned, that still served an older version (0 when none did); and
+//     next_read_new_share is the share of (update, reader) pairs whose
+//     first scheduled read of the key begun after Invalidate returned
+//     served the new version.
 //   - old_reads_past_bound: reads that returned a version older than an
 //     update whose Invalidate had returned more than the documented bound
 //     before the read began: 100 ms when the writer and the reader both
@@ -122,6 +137,10 @@ const (
 	// propHeardBound is how soon after Invalidate returns no process that
 	// hears the stream may serve the older value.
 	propHeardBound = 100 * time.Millisecond
+	// A reader told of an update reads the key every propProbeEvery until
+	// it serves the new version, for at most propProbeFor.
+	propProbeEvery = time.Millisecond
+	propProbeFor   = 2 * time.Second
 
 	propagationChildKind = "propagation"
 	propConfigEnv        = "HOLDFAST_LAB_PROPAGATION"
@@ -147,7 +166,8 @@ func updatePropagation(o Options) Plan {
 		"before_freeze_s":    []float64{before[0].Seconds(), before[1].Seconds()},
 		"bound_heard_ms":     ms(propHeardBound),
 		"bound_freeze_s":     maxUnheard.Seconds(),
-		"propagation":        "per update outside the freeze: Invalidate returning → the last reader's first read serving it (includes the wait for that reader's next read of the key); _last_old_: → the last read begun after it that served an older version",
+		"propagation":        "per update outside the freeze: Invalidate returning → the start of the last reader's first probe read (one every probe_every_ms from the update) that served the new version; _next_read_: → the end of the last reader's first scheduled read that served it (includes the wait for that read and its load); _last_old_: → the last scheduled read begun after it that served an older version",
+		"probe_every_ms":     ms(propProbeEvery),
 		"latency_from":       "scheduled start (open model)",
 		"redis_server":       "cluster of 3 primaries + 3 replicas, fresh per mode",
 		"naive_redis_client": "rueidis cluster client, no client-side cache, no retries",
@@ -233,6 +253,9 @@ type propChildMsg struct {
 	// Reads: [scheduled offset ns, start Unix ns, end Unix ns, key, version
 	// (-1: no value), 1 if the in-process tier answered, Outcome].
 	Reads [][7]int64 `json:"reads,omitempty"`
+	// Probes: the probe reads, [key, version probed for, start Unix ns,
+	// end Unix ns, version (-1: no value), Outcome].
+	Probes [][6]int64 `json:"probes,omitempty"`
 	childTotals
 	// Flags: when each of the process's healthFlags changed, [Unix ns,
 	// 1 / 0], its state at the start first; empty for a mode without them.
@@ -311,7 +334,7 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 			{At: r.freeze[1], Name: "thaw", Do: r.thawAll},
 		})
 	}()
-	updates := r.write(ctx, start, writer, src, o)
+	updates := r.write(ctx, start, writer, src, newProbeSender(procs.kids), o)
 	if wait := time.Until(start.Add(r.d)); wait > 0 {
 		select {
 		case <-ctx.Done():
@@ -339,7 +362,7 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 	res.Extra = map[string]float64{}
 	var loadsPerSecond []int64
 	for i, k := range procs.kids {
-		reads, done, err := receivePropagation(k)
+		reads, probes, done, err := receivePropagation(k)
 		if err != nil {
 			return res, fmt.Errorf("reader process %d: %w", i, err)
 		}
@@ -347,6 +370,7 @@ func (r *propRun) run(ctx context.Context, o Options, m Mode) (res ModeResult, e
 			rec.Record(rd.At, time.Duration(rd.End-start.Add(rd.At).UnixNano()), rd.Out)
 		}
 		in.Reads = append(in.Reads, reads)
+		in.Probes = append(in.Probes, probes)
 		in.Flags = append(in.Flags, flagEdges(done.Flags))
 		done.add(&res, &loadsPerSecond)
 	}
@@ -387,8 +411,12 @@ func (r *propRun) thawAll(_ context.Context, f *Fixture) error {
 
 // write runs the writer's schedule, each update on its own goroutine at
 // its time (an Invalidate that waits on a frozen Cluster must not delay
-// the next update), and returns what each did.
-func (r *propRun) write(ctx context.Context, start time.Time, w Reader, src *Source, o Options) []propUpdate {
+// the next update), and returns what each did. Each update is announced to
+// the readers' probes between the bump and the Invalidate, so that their
+// probe reads are under way before any reader can drop its copy; not those
+// made in the freeze, whose probes would only read the hot tier for
+// propProbeFor and take CPU from the readers' schedule.
+func (r *propRun) write(ctx context.Context, start time.Time, w Reader, src *Source, probes *probeSender, o Options) []propUpdate {
 	sched := propagationUpdates(r.d)
 	ups := make([]propUpdate, len(sched))
 	Driver{MaxInFlight: 1000}.Run(ctx, start, sched, func(ctx context.Context, i int, _ time.Duration, dropped bool) {
@@ -397,6 +425,9 @@ func (r *propRun) write(ctx context.Context, start time.Time, w Reader, src *Sou
 		if !dropped {
 			u.Ver = src.Update(q.Key)
 			u.Bumped = time.Now().UnixNano()
+			if q.At < r.freeze[0] || q.At >= r.freeze[1] {
+				probes.send(u.Key, u.Ver) // the figure is of the updates outside the freeze
+			}
 			ictx, cancel := context.WithTimeout(ctx, time.Second)
 			u.Err = w.Invalidate(ictx, q.Key) != nil
 			cancel()
@@ -409,18 +440,114 @@ func (r *propRun) write(ctx context.Context, start time.Time, w Reader, src *Sou
 }
 
 // receivePropagation reads a reader process's results.
-func receivePropagation(k *child) ([]propRead, propChildMsg, error) {
+func receivePropagation(k *child) ([]propRead, []propProbe, propChildMsg, error) {
 	var reads []propRead
+	var probes []propProbe
 	var done propChildMsg
 	err := receiveLines(k, func(msg *propChildMsg) bool {
 		for _, a := range msg.Reads {
 			reads = append(reads, propRead{At: time.Duration(a[0]), Start: a[1], End: a[2],
 				Key: int(a[3]), Ver: a[4], Local: a[5] == 1, Out: Outcome(a[6])})
 		}
+		for _, a := range msg.Probes {
+			probes = append(probes, propProbe{For: a[1], propRead: propRead{Start: a[2], End: a[3],
+				Key: int(a[0]), Ver: a[4], Out: Outcome(a[5])}})
+		}
 		done = *msg
 		return msg.Done
 	})
-	return reads, done, err
+	return reads, probes, done, err
+}
+
+// probeSender tells every reader process of each update, as "probe KEY
+// VERSION" lines on its stdin, which the writer's goroutines share.
+type probeSender struct {
+	mu   sync.Mutex
+	kids []*child
+}
+
+func newProbeSender(kids []*child) *probeSender { return &probeSender{kids: kids} }
+
+// send tells every reader; a reader that cannot be told (it exited) shows
+// as unmeasured in the figures, so the error is not needed here.
+func (p *probeSender) send(key int, ver int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range p.kids {
+		fmt.Fprintf(k.in, "probe %d %d\n", key, ver)
+	}
+}
+
+// prober runs a reader process's probe reads (probeUpdate).
+type prober struct {
+	ctx    context.Context
+	r      tieredReader
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	reads  [][6]int64
+}
+
+// start probes key for version ver on a goroutine of its own, unless
+// stop has been called.
+func (p *prober) start(key int, ver int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.probeUpdate(key, ver)
+	}()
+}
+
+// probeUpdate reads key every propProbeEvery until this process serves
+// version ver or a newer one, or propProbeFor has passed: the reads that
+// time when this reader stops serving the older version.
+func (p *prober) probeUpdate(key int, ver int64) {
+	k := propKey(key)
+	until := time.Now().Add(propProbeFor)
+	var mine [][6]int64
+	for p.ctx.Err() == nil {
+		t0 := time.Now()
+		v, _, stale, err := p.r.GetTiered(p.ctx, k)
+		got := int64(-1)
+		if err == nil {
+			got = ValueVersion(v)
+		}
+		end := time.Now()
+		mine = append(mine, [6]int64{int64(key), ver, t0.UnixNano(), end.UnixNano(), got, int64(classify(stale, err))})
+		if got >= ver || end.After(until) {
+			break
+		}
+		time.Sleep(propProbeEvery)
+	}
+	p.mu.Lock()
+	p.reads = append(p.reads, mine...)
+	p.mu.Unlock()
+}
+
+// stop starts no more probes and returns every probe's reads once those
+// under way have ended (within propProbeFor and a read).
+func (p *prober) stop() [][6]int64 {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+	return p.reads
+}
+
+// parseProbe parses a probeSender line.
+func parseProbe(line string) (key int, ver int64, ok bool) {
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0] != "probe" {
+		return 0, 0, false
+	}
+	k, err1 := strconv.Atoi(f[1])
+	v, err2 := strconv.ParseInt(f[2], 10, 64)
+	return k, v, err1 == nil && err2 == nil
 }
 
 // propagationChildMain is a reader process of update-propagation: it builds
@@ -489,6 +616,19 @@ func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
 	flags := sampleFlags(healthFlags(r))
 	defer flags.stop()
 
+	// The rest of stdin is the writer's probe lines, until the lab closes
+	// it after taking this process's results.
+	pr := &prober{ctx: ctx, r: tr}
+	stdinDone := make(chan struct{})
+	go func() {
+		defer close(stdinDone)
+		for in.Scan() {
+			if key, ver, ok := parseProbe(in.Text()); ok {
+				pr.start(key, ver)
+			}
+		}
+	}()
+
 	reads := make([][7]int64, len(mine))
 	Driver{MaxInFlight: 2000}.Run(ctx, start, mine, func(ctx context.Context, i int, _ time.Duration, dropped bool) {
 		q := mine[i]
@@ -511,11 +651,17 @@ func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
 		reads[i] = rec
 	})
 	sampled := flags.stop()
+	probes := pr.stop()
 
 	enc := json.NewEncoder(stdout)
 	const chunk = 2000
 	for i := 0; i < len(reads); i += chunk {
 		if err := enc.Encode(propChildMsg{Reads: reads[i:min(i+chunk, len(reads))]}); err != nil {
+			return fail(err)
+		}
+	}
+	for i := 0; i < len(probes); i += chunk {
+		if err := enc.Encode(propChildMsg{Probes: probes[i:min(i+chunk, len(probes))]}); err != nil {
 			return fail(err)
 		}
 	}
@@ -525,8 +671,7 @@ func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
 	if err := enc.Encode(done); err != nil {
 		return fail(err)
 	}
-	for in.Scan() {
-	}
+	<-stdinDone
 	return 0
 }
 
@@ -767,6 +912,12 @@ type propRead struct {
 
 func (r propRead) served() bool { return (r.Out == OK || r.Out == Stale) && r.Ver >= 0 }
 
+// propProbe is one probe read of a reader process (prober): At is unset.
+type propProbe struct {
+	propRead
+	For int64 // the version probed for
+}
+
 // propUpdate is one update of the writer.
 type propUpdate struct {
 	Key          int
@@ -811,7 +962,8 @@ func onAfter(edges []flagEdge, t int64) (int64, bool) {
 
 // propRunData is what analyzePropagation needs of one mode's run.
 type propRunData struct {
-	Reads            [][]propRead // per reader
+	Reads            [][]propRead  // per reader
+	Probes           [][]propProbe // per reader
 	Updates          []propUpdate
 	Flags            []map[string][]flagEdge // per reader, by healthFlags name
 	WriterFlags      map[string][]flagEdge
@@ -955,13 +1107,63 @@ func analyzePropagation(in propRunData) map[string]float64 {
 	// Propagation of the updates made outside the freeze; and of those
 	// made before it alone, the steady state, apart from those made after
 	// the thaw.
+	// Each reader's probe reads, by the update they probed.
+	type probed struct {
+		key int
+		ver int64
+	}
+	probes := make([]map[probed][]propProbe, len(in.Reads))
+	for r := range probes {
+		probes[r] = map[probed][]propProbe{}
+		if r < len(in.Probes) {
+			for _, p := range in.Probes[r] {
+				k := probed{p.Key, p.For}
+				probes[r][k] = append(probes[r][k], p)
+			}
+		}
+		for _, ps := range probes[r] {
+			sort.Slice(ps, func(i, j int) bool { return ps[i].Start < ps[j].Start })
+		}
+	}
+	// servesFrom is when reader r's probes show it serving u's version: the
+	// start of the first probe read that served it (or newer) after the
+	// last that served an older one; false when none did.
+	servesFrom := func(r int, u propUpdate) (int64, bool) {
+		var from int64
+		ok := false
+		for _, p := range probes[r][probed{u.Key, u.Ver}] {
+			switch {
+			case !p.served():
+			case p.Ver < u.Ver:
+				ok = false
+			case !ok:
+				from, ok = p.Start, true
+			}
+		}
+		return from, ok
+	}
+
 	propagation := func(prefix, suffix string, take func(u propUpdate) bool) {
-		var upper, lower []float64
-		var unmeasured, pairs, nextNew int
+		var probed, upper, lower []float64
+		var unmeasured, probeUnmeasured, pairs, nextNew int
 		for _, u := range in.Updates {
 			if u.Ver <= 0 || u.Key < 0 || u.Key >= in.Keys || inFreeze(u) || !take(u) {
 				continue
 			}
+			var at int64
+			all := len(reads) > 0
+			for r := range reads {
+				from, ok := servesFrom(r, u)
+				if !ok {
+					all = false
+					break
+				}
+				at = max(at, from-u.Done)
+			}
+			if !all {
+				at = -1
+			}
+
 			var hi, lo int64
 			seen := len(reads) > 0
 			for r := range reads {
@@ -982,6 +1184,16 @@ func analyzePropagation(in propRunData) map[string]float64 {
 					}
 				}
 			}
+			if at < 0 {
+				// A reader's probes did not see the new version within
+				// propProbeFor: the scheduled reads' upper bound stands in.
+				probeUnmeasured++
+				at = hi
+				if !seen {
+					at = in.End - u.Done
+				}
+			}
+			probed = append(probed, msOf(at))
 			if !seen {
 				unmeasured++ // some reader never served it (the run ended first)
 				continue
@@ -989,16 +1201,22 @@ func analyzePropagation(in propRunData) map[string]float64 {
 			upper = append(upper, msOf(hi))
 			lower = append(lower, msOf(lo))
 		}
+		sort.Float64s(probed)
 		sort.Float64s(upper)
 		sort.Float64s(lower)
-		out[prefix+"_p50_ms"] = quantile(upper, 0.50)
-		out[prefix+"_p99_ms"] = quantile(upper, 0.99)
-		out[prefix+"_max_ms"] = quantile(upper, 1)
+		out[prefix+"_p50_ms"] = quantile(probed, 0.50)
+		out[prefix+"_p99_ms"] = quantile(probed, 0.99)
+		out[prefix+"_max_ms"] = quantile(probed, 1)
+		out[prefix+"_updates"] = float64(len(probed))
+		out[prefix+"_probe_unmeasured"] = float64(probeUnmeasured)
+		out[prefix+"_next_read_p50_ms"] = quantile(upper, 0.50)
+		out[prefix+"_next_read_p99_ms"] = quantile(upper, 0.99)
+		out[prefix+"_next_read_max_ms"] = quantile(upper, 1)
+		out[prefix+"_next_read_updates"] = float64(len(upper))
+		out[prefix+"_next_read_unmeasured"] = float64(unmeasured)
 		out[prefix+"_last_old_p50_ms"] = quantile(lower, 0.50)
 		out[prefix+"_last_old_p99_ms"] = quantile(lower, 0.99)
 		out[prefix+"_last_old_max_ms"] = quantile(lower, 1)
-		out[prefix+"_updates"] = float64(len(upper))
-		out[prefix+"_unmeasured"] = float64(unmeasured)
 		if pairs > 0 {
 			out["next_read_new_share"+suffix] = float64(nextNew) / float64(pairs)
 		}
@@ -1010,26 +1228,40 @@ func analyzePropagation(in propRunData) map[string]float64 {
 	var pastBound, pastUnheard, oldInFreeze, oldOutage, errs, errsFreeze int
 	var pastOfBefore, pastOfFreeze, pastOfAfter int // by when the update they missed was made
 	var pastAge, pastFirst, pastLast int64
+	var pastProbe int // of them, probe reads
 	var nBefore, hotBefore, nFreeze, hotFreeze int
 	for r, rs := range in.Reads {
-		for _, rd := range rs {
-			if inWin(rd.At, in.Before) {
-				nBefore++
-				if rd.Local {
-					hotBefore++
-				}
+		// The probe reads are judged by the bound like the schedule's
+		// (old_reads_past_bound and its breakdown), and count in no other
+		// figure.
+		scheduled := len(rs)
+		if r < len(in.Probes) {
+			rs = slices.Clone(rs)
+			for _, p := range in.Probes[r] {
+				p.At = time.Duration(p.Start - in.Start.UnixNano())
+				rs = append(rs, p.propRead)
 			}
-			frozen := inWin(rd.At, in.Freeze)
-			if frozen {
-				nFreeze++
-				if rd.Local {
-					hotFreeze++
+		}
+		for i, rd := range rs {
+			frozen, probe := inWin(rd.At, in.Freeze), i >= scheduled
+			if !probe {
+				if inWin(rd.At, in.Before) {
+					nBefore++
+					if rd.Local {
+						hotBefore++
+					}
 				}
-			}
-			if rd.Out == Failed || rd.Out == Rejected {
-				errs++
 				if frozen {
-					errsFreeze++
+					nFreeze++
+					if rd.Local {
+						hotFreeze++
+					}
+				}
+				if rd.Out == Failed || rd.Out == Rejected {
+					errs++
+					if frozen {
+						errsFreeze++
+					}
 				}
 			}
 			if !rd.served() || rd.Key < 0 || rd.Key >= in.Keys {
@@ -1044,13 +1276,16 @@ func analyzePropagation(in propRunData) map[string]float64 {
 					break // written after the read began
 				}
 				age := rd.Start - u.Done
-				if !outageOld && !frozen && !inFreeze(u) && age > int64(propHeardBound) && age <= bound(r, u) {
+				if !outageOld && !probe && !frozen && !inFreeze(u) && age > int64(propHeardBound) && age <= bound(r, u) {
 					outageOld = true
 					oldOutage++ // within the outage bound, past the 100 ms one
 				}
 				if !violated && age > bound(r, u) {
 					violated = true
 					pastBound++
+					if probe {
+						pastProbe++
+					}
 					if unheard(r, u.Done) {
 						pastUnheard++
 					}
@@ -1069,7 +1304,7 @@ func analyzePropagation(in propRunData) map[string]float64 {
 					}
 					pastLast = max(pastLast, at)
 				}
-				if !old && frozen && age > int64(propHeardBound) {
+				if !old && !probe && frozen && age > int64(propHeardBound) {
 					old = true
 					oldInFreeze++
 				}
@@ -1089,6 +1324,7 @@ func analyzePropagation(in propRunData) map[string]float64 {
 		out["old_reads_past_bound_updates_before_freeze"] = float64(pastOfBefore)
 		out["old_reads_past_bound_updates_in_freeze"] = float64(pastOfFreeze)
 		out["old_reads_past_bound_updates_after_thaw"] = float64(pastOfAfter)
+		out["old_reads_past_bound_probe"] = float64(pastProbe)
 	}
 	if hasStream {
 		out["old_reads_past_bound_unheard"] = float64(pastUnheard)

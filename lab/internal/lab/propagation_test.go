@@ -14,6 +14,9 @@ func TestAnalyzePropagation(t *testing.T) {
 	read := func(start, end time.Duration, key int, ver int64, local bool) propRead {
 		return propRead{At: start, Start: at(start), End: at(end), Key: key, Ver: ver, Local: local, Out: OK}
 	}
+	probe := func(start, end time.Duration, key int, probed, ver int64) propProbe {
+		return propProbe{For: probed, propRead: propRead{Start: at(start), End: at(end), Key: key, Ver: ver, Out: OK}}
+	}
 	in := propRunData{
 		Start: t0, End: at(3000 * ms), FreezeAt: at(freeze[0]), ThawAt: at(freeze[1]),
 		Before: [2]time.Duration{0, freeze[0]}, Freeze: freeze, MaxUnheard: 15 * time.Second, Keys: 2,
@@ -39,6 +42,17 @@ func TestAnalyzePropagation(t *testing.T) {
 				read(2040*ms, 2050*ms, 1, 1, false),
 			},
 		},
+		// Probe reads of key 0's version 1: reader 0 drops its copy 2 ms
+		// after Invalidate returned, reader 1 before it did. A failed probe
+		// read in the freeze counts in no figure.
+		Probes: [][]propProbe{
+			{
+				probe(96*ms, 96*ms, 0, 1, 0), probe(101*ms, 101*ms, 0, 1, 0),
+				probe(102*ms, 114*ms, 0, 1, 1),
+				{For: 1, propRead: propRead{Start: at(1500 * ms), End: at(1600 * ms), Key: 1, Ver: -1, Out: Failed}},
+			},
+			{probe(96*ms, 96*ms, 0, 1, 0), probe(97*ms, 110*ms, 0, 1, 1)},
+		},
 		Flags: []map[string][]flagEdge{
 			{"stream": {{At: at(0), On: true}, {At: at(1500 * ms), On: false}, {At: at(2040 * ms), On: true}},
 				"breaker": {{At: at(0), On: true}, {At: at(1200 * ms), On: false}}},
@@ -49,11 +63,16 @@ func TestAnalyzePropagation(t *testing.T) {
 	got := analyzePropagation(in)
 	want := map[string]float64{
 		"updates": 2, "updates_during_freeze": 1, "writer_errors": 1,
-		// Reader 0 served version 1 10 ms after Invalidate returned, reader 1
-		// 5 ms after; reader 0 still served version 0 150 ms after.
-		"propagation_p50_ms": 10, "propagation_p99_ms": 10, "propagation_max_ms": 10,
+		// The probes: reader 0 serves version 1 from 2 ms after Invalidate
+		// returned.
+		"propagation_p50_ms": 2, "propagation_p99_ms": 2, "propagation_max_ms": 2,
+		"propagation_updates": 1, "propagation_probe_unmeasured": 0,
+		// The schedule's reads: reader 0 served version 1 10 ms after
+		// Invalidate returned, reader 1 5 ms after; reader 0 still served
+		// version 0 150 ms after.
+		"propagation_next_read_p50_ms": 10, "propagation_next_read_p99_ms": 10, "propagation_next_read_max_ms": 10,
 		"propagation_last_old_p50_ms": 150, "propagation_last_old_max_ms": 150,
-		"propagation_updates": 1, "propagation_unmeasured": 0,
+		"propagation_next_read_updates": 1, "propagation_next_read_unmeasured": 0,
 		"next_read_new_share":  0.5,
 		"old_reads_past_bound": 1, "old_reads_past_bound_max_age_ms": 150, "old_reads_past_bound_unheard": 0,
 		"old_reads_during_freeze": 1,
@@ -71,6 +90,24 @@ func TestAnalyzePropagation(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, w)
 		}
 	}
+
+	// A probe read that serves the old version again 200 ms after
+	// Invalidate returned: the reader serves the new one only from the
+	// next probe read, and the old read is past the bound.
+	in.Probes[1] = append(in.Probes[1], probe(300*ms, 300*ms, 0, 1, 0), probe(301*ms, 313*ms, 0, 1, 1))
+	got = analyzePropagation(in)
+	if got["propagation_max_ms"] != 201 || got["old_reads_past_bound"] != 2 || got["errors"] != 1 {
+		t.Errorf("old probe read: propagation_max_ms %v, old_reads_past_bound %v, errors %v; want 201, 2, 1",
+			got["propagation_max_ms"], got["old_reads_past_bound"], got["errors"])
+	}
+	// A reader whose probes never served the new version: the scheduled
+	// reads' upper bound stands in.
+	in.Probes[1] = in.Probes[1][:1]
+	got = analyzePropagation(in)
+	if got["propagation_max_ms"] != 10 || got["propagation_probe_unmeasured"] != 1 {
+		t.Errorf("never probed new: propagation_max_ms %v, probe_unmeasured %v; want 10, 1", got["propagation_max_ms"], got["propagation_probe_unmeasured"])
+	}
+	in.Probes = nil
 
 	// A reader that never serves the freeze's version: converged at the
 	// earliest by the end of the run.
