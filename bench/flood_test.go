@@ -39,8 +39,9 @@ import (
 // reads a cached product, whose p99 ratio (cached-p99-ratio) is the
 // control: what the flood costs a request that needs no load, no limiter
 // and no database, which is the share of the two cores it takes. With the
-// flood in its own process, catalogd-cores and flood-cores are the CPU
-// each process used over the flooded phase's wall time, out of 2.
+// flood in its own process, catalogd-cores is the CPU the benchmark's
+// process (catalogd and the product reads) used over the flooded phase's
+// wall time, and flood-cores the flood process's over its own, out of 2.
 //
 //	cd bench && go test -run '^$' -bench CatalogdSearchFlood -benchtime 1x -count 3
 func BenchmarkCatalogdSearchFlood(b *testing.B) {
