@@ -221,8 +221,9 @@ type Config struct {
 	// past the cap waits up to 10 ms for a place (as a load waits for a
 	// slot once the database is saturated), then is answered 503 (code
 	// "overloaded", Retry-After) before its query is parsed or the cache
-	// asked: the flood costs little CPU and leaves it to product and
-	// stock reads, which are never capped, nor are writes. Default 0: 8 ×
+	// asked, so that a flood spends less CPU on work that is refused
+	// anyway and leaves more to product and stock reads, which are never
+	// capped, nor are writes. Default 0: 8 ×
 	// GOMAXPROCS, twice the cache's default load slots, so that every
 	// slot can be loading while as many requests again are answered from
 	// the cache or wait for a slot. Negative: no cap.
