@@ -25,16 +25,23 @@ import (
 // BenchmarkCatalogdSearchFlood: uncached product reads (an id never read
 // before, every 3 ms) while -flood.clients clients send unique search
 // prefixes back to back, beside the same reads without the flood, on one
-// catalogd handler over SQLite with its default policies and load limit;
-// searches take -flood.search-delay longer (a catalog larger than the
-// generated one), so the flood holds every cache-wide load slot. Every search misses; without a
-// share of load slots of its own a product read then finds every slot
-// taken and gets a 503. It fails on any product read that is not a 200,
+// catalogd handler over SQLite with its default policies, load limit and
+// cap on searches in flight; searches take -flood.search-delay longer (a
+// catalog larger than the generated one), so the flood holds every
+// cache-wide load slot. Every search misses; without a share of load slots
+// of its own a product read then finds every slot taken and gets a 503.
+// The flood comes from a process of its own over loopback TCP, as a flood
+// from outside does (-flood.process=false sends it from goroutines beside
+// catalogd instead), at the rate its clients get answers: nothing slows
+// or deprioritizes it. It fails on any product read that is not a 200,
 // and reports the product reads' p99 with and without the flood and their
 // ratio (scripts/figures.sh requires ≤ 2.0). Beside each uncached read it
 // reads a cached product, whose p99 ratio (cached-p99-ratio) is the
-// control: the share of the two cores the flood's own requests take from
-// any request, cache or no cache, since the clients run in this process.
+// control: what the flood costs a request that needs no load, no limiter
+// and no database, which is the share of the two cores it takes. With the
+// flood in its own process, catalogd-cores is the CPU the benchmark's
+// process (catalogd and the product reads) used over the flooded phase's
+// wall time, and flood-cores the flood process's over its own, out of 2.
 //
 //	cd bench && go test -run '^$' -bench CatalogdSearchFlood -benchtime 1x -count 3
 func BenchmarkCatalogdSearchFlood(b *testing.B) {
@@ -56,7 +63,7 @@ func BenchmarkCatalogdSearchFlood(b *testing.B) {
 	loads := &loadTimes{}
 	store := slowSearch{Store: db, delay: *floodSearchDelay, loads: loads}
 	h, err := httpapi.NewHandler(httpapi.Config{Store: store, Cache: cache, Policies: pol,
-		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), MaxQueriesInFlight: *floodMaxQueries})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,31 +114,38 @@ func BenchmarkCatalogdSearchFlood(b *testing.B) {
 	}
 
 	var searches, rejected atomic.Int64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range *floodClients {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				code, err := status(c, fmt.Sprintf("%s/v1/search?q=%s", url, uniquePrefix(g, i)))
-				searches.Add(1)
-				if err == nil && code == http.StatusServiceUnavailable {
-					rejected.Add(1)
-				}
-			}
-		})
+	var floodFor time.Duration
+	var flooded, floodedCached time.Duration
+	var catalogdCores, floodCores float64 // CPU over wall time while flooded; the flood's own only when it is a process
+	if *floodProcessOwn {
+		p, err := startFloodProcess(url, *floodClients)
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the flood takes the slots first
+		cpu0, start := cpuTime(), time.Now()
+		flooded, floodedCached, bad = productReads()
+		catalogdCores = (cpuTime() - cpu0).Seconds() / time.Since(start).Seconds()
+		t, err := p.stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		searches.Store(t.Searches)
+		rejected.Store(t.Rejected)
+		floodFor = time.Duration(t.Seconds * float64(time.Second))
+		floodCores = t.CPUSeconds / t.Seconds
+	} else {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		searchFlood(c, url, *floodClients, done, &wg, &searches, &rejected)
+		time.Sleep(200 * time.Millisecond) // the flood takes the slots first
+		floodStart := time.Now()
+		flooded, floodedCached, bad = productReads()
+		floodFor = time.Since(floodStart)
+		close(done)
+		wg.Wait()
 	}
-	time.Sleep(200 * time.Millisecond) // the flood takes the slots first
-	floodStart := time.Now()
-	flooded, floodedCached, bad := productReads()
-	floodFor := time.Since(floodStart)
 	floodedLoad := loads.p99()
-	close(done)
-	wg.Wait()
 	b.StopTimer()
 
 	b.ReportMetric(0, "ns/op")
@@ -144,6 +158,10 @@ func BenchmarkCatalogdSearchFlood(b *testing.B) {
 	b.ReportMetric(float64(searches.Load())/floodFor.Seconds(), "searches/s")
 	b.ReportMetric(float64(rejected.Load())/float64(max(1, searches.Load())), "search-503-share")
 	b.ReportMetric(float64(len(bad)), "product-failures")
+	if *floodProcessOwn {
+		b.ReportMetric(catalogdCores, "catalogd-cores")
+		b.ReportMetric(floodCores, "flood-cores")
+	}
 	b.Logf("uncached product p99 %v quiet, %v under %d clients' flood (%.0f searches/s, %d of %d refused); cached product p99 %v quiet, %v flooded; product loads' p99 %v quiet, %v flooded; %d failed product reads",
 		quiet, flooded, *floodClients, float64(searches.Load())/floodFor.Seconds(), rejected.Load(), searches.Load(), quietCached, floodedCached, quietLoad, floodedLoad, len(bad))
 	if len(bad) != 0 {
@@ -156,6 +174,8 @@ func BenchmarkCatalogdSearchFlood(b *testing.B) {
 
 var (
 	floodClients     = flag.Int("flood.clients", 32, "clients sending unique search prefixes back to back")
+	floodProcessOwn  = flag.Bool("flood.process", true, "send the flood from a process of its own, over loopback TCP, as a flood from outside comes; false: from goroutines of the benchmark's process, beside catalogd")
+	floodMaxQueries  = flag.Int("flood.max-queries-in-flight", 0, "catalogd's cap on search requests in flight (httpapi.Config.MaxQueriesInFlight): 0 its default, negative none")
 	floodSearchDelay = flag.Duration("flood.search-delay", 20*time.Millisecond, "added to every search query: a search over a catalog larger than the generated one")
 )
 

@@ -96,6 +96,7 @@ type Config struct {
 	RedisTLSCA      string
 	RedisTLSServer  string
 	MaxLoads        int
+	MaxQueries      int
 	HotTTL          time.Duration
 	Policies        httpapi.Policies
 	ShutdownTimeout time.Duration
@@ -162,6 +163,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", "", "PEM file of the CA that signed Redis's certificate; implies -redis-tls")
 	fs.StringVar(&c.RedisTLSServer, "redis-tls-server-name", "", "name Redis's certificate must carry, when it is not the host in -redis; implies -redis-tls")
 	fs.IntVar(&c.MaxLoads, "max-loads", 0, "database loads on cache misses allowed at once per process; over it a miss gets a stale value or 503 (0: 4 × GOMAXPROCS)")
+	fs.IntVar(&c.MaxQueries, "max-queries-in-flight", 0, "search requests, and apart from them list-page requests, in flight at once per process; past it one waits up to 10 ms for a place, then is answered 503 before the cache is asked, so a flood of unique queries leaves the CPU to product and stock reads, which are never capped (0: 8 × GOMAXPROCS; negative: no cap)")
 	fs.DurationVar(&c.HotTTL, "hot-ttl", 0, "with -redis: how long a value stays in the in-process hot tier (0: holdfast's default, 1 min); an update on another instance reaches it through Redis within milliseconds, so this bounds staleness only while that stream is down")
 	fs.DurationVar(&c.Policies.Product.TTL, "product-ttl", d.Product.TTL, "product info: time to live")
 	fs.DurationVar(&c.Policies.Product.StaleIfError, "product-stale-if-error", d.Product.StaleIfError, "product info: how long past its TTL a value may be served when fresh data cannot be had (database failing, load limit reached)")
@@ -411,6 +413,8 @@ func (m *Main) Run(ctx context.Context) error {
 		Registry: reg,
 		Checks:   checks,
 		Pprof:    c.Pprof,
+
+		MaxQueriesInFlight: c.MaxQueries,
 	})
 	if err != nil {
 		return err
@@ -430,7 +434,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		log.Info("catalogd admin serving", "url", m.admin.URL(), "pprof", c.Pprof)
 	}
-	log.Info("catalogd serving", "url", m.server.URL(), "admin", c.AdminAddr != "", "max_loads", c.MaxLoads, "startup", time.Since(start).Round(time.Millisecond))
+	log.Info("catalogd serving", "url", m.server.URL(), "admin", c.AdminAddr != "", "max_loads", c.MaxLoads, "max_queries_in_flight", c.MaxQueries, "startup", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -128,12 +128,16 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	status, code, msg := errorStatus(err)
 	switch {
 	case status == http.StatusServiceUnavailable:
-		attrs := []slog.Attr{slog.String("code", code), slog.String("method", r.Method),
-			slog.String("path", r.URL.Path), slog.String("error", redact(err.Error()))}
+		// Built only for a line that is written: a flood of 503s would
+		// otherwise run the redactions' regular expressions on each.
+		attrs := func() []slog.Attr {
+			return []slog.Attr{slog.String("code", code), slog.String("method", r.Method),
+				slog.String("path", r.URL.Path), slog.String("error", redact(err.Error()))}
+		}
 		if l := h.rejects[code]; l != nil {
-			l.Log(r.Context(), attrs...)
+			l.LogFunc(r.Context(), attrs)
 		} else {
-			h.log.LogAttrs(r.Context(), slog.LevelWarn, "request rejected", attrs...)
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "request rejected", attrs()...)
 		}
 	case status >= 500:
 		h.log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("method", r.Method),

@@ -23,10 +23,15 @@ type fakeStore struct {
 	pingErr  error
 	// blockID, when non-zero, makes Product(blockID) signal entered and
 	// wait for release, like a slow query holding a load slot.
-	blockID  int64
-	entered  chan struct{}
-	release  chan struct{}
-	reserves int
+	blockID int64
+	entered chan struct{}
+	release chan struct{}
+	// searchRelease, when non-nil and open, makes every Search signal
+	// searchEntered and wait for it to be closed, like a slow search
+	// holding its request in flight.
+	searchEntered chan struct{}
+	searchRelease chan struct{}
+	reserves      int
 }
 
 var _ catalog.Store = (*fakeStore)(nil)
@@ -136,6 +141,21 @@ func (s *fakeStore) Products(ctx context.Context, q catalog.ListQuery) (catalog.
 func (s *fakeStore) Search(ctx context.Context, prefix string, limit int) ([]catalog.Product, error) {
 	if err := s.read("search"); err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	entered, release := s.searchEntered, s.searchRelease
+	s.mu.Unlock()
+	if release != nil {
+		select {
+		case <-release: // released: searches no longer wait
+		default:
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 	}
 	p, err := catalog.NormalizePrefix(prefix)
 	if err != nil {

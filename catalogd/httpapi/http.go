@@ -215,6 +215,19 @@ type Config struct {
 	SearchLimit int
 	// ReadyTimeout bounds each readiness check. Default 2 s.
 	ReadyTimeout time.Duration
+	// MaxQueriesInFlight caps the search requests, and apart from them the
+	// list-page requests, in flight at once. Their keys are chosen by
+	// clients, so a flood of unique queries misses every time. A request
+	// past the cap waits up to 10 ms for a place (as a load waits for a
+	// slot once the database is saturated), then is answered 503 (code
+	// "overloaded", Retry-After) before its query is parsed or the cache
+	// asked, so that a flood spends less CPU on work that is refused
+	// anyway and leaves more to product and stock reads, which are never
+	// capped, nor are writes. Default 0: 8 ×
+	// GOMAXPROCS, twice the cache's default load slots, so that every
+	// slot can be loading while as many requests again are answered from
+	// the cache or wait for a slot. Negative: no cap.
+	MaxQueriesInFlight int
 }
 
 // Handler serves the catalog API. Create it with NewHandler.
@@ -235,6 +248,10 @@ type Handler struct {
 	readyTimeout time.Duration
 	readyLog     readyLog // why checks fail, for the log only (health.go)
 	pprof        bool     // served by Admin (admin.go)
+
+	// searchAdmission and listAdmission cap the requests of those routes
+	// in flight (Config.MaxQueriesInFlight).
+	searchAdmission, listAdmission *admission
 
 	mux     *http.ServeMux
 	metrics *httpMetrics // nil without a Registry
@@ -275,6 +292,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 		searchLimit:  catalog.SearchLimit(cfg.SearchLimit),
 		readyTimeout: cfg.ReadyTimeout,
 		mux:          http.NewServeMux(),
+
+		searchAdmission: newAdmission(cfg.MaxQueriesInFlight),
+		listAdmission:   newAdmission(cfg.MaxQueriesInFlight),
 	}
 	pol := cfg.Policies.withDefaults()
 	if !cfg.Cache.Capabilities().HotSharing {
@@ -315,8 +335,8 @@ func NewHandler(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /v1/products/{id}", h.getProduct)
 	h.mux.HandleFunc("PUT /v1/products/{id}", h.updateProduct)
 	h.mux.HandleFunc("POST /v1/products/{id}/reserve", h.reserve)
-	h.mux.HandleFunc("GET /v1/products", h.listProducts)
-	h.mux.HandleFunc("GET /v1/search", h.searchProducts)
+	h.mux.HandleFunc("GET /v1/products", h.admit(h.listAdmission, h.listProducts))
+	h.mux.HandleFunc("GET /v1/search", h.admit(h.searchAdmission, h.searchProducts))
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	// The catch-all turns the mux's plain-text 404 and 405 into JSON errors.

@@ -40,6 +40,8 @@ type setup struct {
 	checks   []httpapi.Check
 	policies func(*httpapi.Policies) // adjusts testPolicies
 	logger   *slog.Logger            // default quiet
+	// maxQueries is Config.MaxQueriesInFlight.
+	maxQueries int
 }
 
 type env struct {
@@ -84,7 +86,7 @@ func newEnv(t *testing.T, s setup) *env {
 	}
 	h, err := httpapi.NewHandler(httpapi.Config{
 		Store: store, Cache: cache, Policies: pol, Clock: timeClock{}, Logger: logger,
-		Registry: prometheus.NewRegistry(), Checks: s.checks,
+		Registry: prometheus.NewRegistry(), Checks: s.checks, MaxQueriesInFlight: s.maxQueries,
 	})
 	if err != nil {
 		t.Fatal(err)

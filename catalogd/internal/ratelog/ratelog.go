@@ -42,6 +42,16 @@ func (l *Logger) Log(ctx context.Context, attrs ...slog.Attr) { l.Add(ctx, 1, at
 // Add is Log for n occurrences at once (failed calls counted since the
 // last look, say).
 func (l *Logger) Add(ctx context.Context, n int, attrs ...slog.Attr) {
+	l.add(ctx, n, func() []slog.Attr { return attrs })
+}
+
+// LogFunc is Log for attributes that cost something to build (an error
+// message redacted by regular expressions, say): attrs is called only for
+// an occurrence that is written, so a flood of skipped ones costs a count
+// each.
+func (l *Logger) LogFunc(ctx context.Context, attrs func() []slog.Attr) { l.add(ctx, 1, attrs) }
+
+func (l *Logger) add(ctx context.Context, n int, attrs func() []slog.Attr) {
 	now := time.Now()
 	l.mu.Lock()
 	if !l.last.IsZero() && now.Sub(l.last) < l.interval {
@@ -52,7 +62,7 @@ func (l *Logger) Add(ctx context.Context, n int, attrs ...slog.Attr) {
 	count := l.skipped + n
 	l.last, l.skipped = now, 0
 	l.mu.Unlock()
-	l.log.LogAttrs(ctx, l.level, l.msg, append(attrs, slog.Int("count", count))...)
+	l.log.LogAttrs(ctx, l.level, l.msg, append(attrs(), slog.Int("count", count))...)
 }
 
 // Reported records an occurrence that was logged some other way (a line

@@ -84,3 +84,30 @@ func TestAddAndReported(t *testing.T) {
 		}
 	})
 }
+
+// LogFunc builds the attributes only for the lines it writes: 1,000
+// occurrences within one interval call it once, and the next line, an
+// interval later, a second time with the count of all the others.
+func TestLogFuncBuildsAttrsOnlyForLines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out bytes.Buffer
+		l := New(slog.New(slog.NewTextHandler(&out, nil)), slog.LevelWarn, "request rejected", 10*time.Second)
+		built := 0
+		attrs := func() []slog.Attr {
+			built++
+			return []slog.Attr{slog.Int("built", built)}
+		}
+		for range 1000 {
+			l.LogFunc(context.Background(), attrs)
+		}
+		if built != 1 {
+			t.Fatalf("attributes built %d times for one line", built)
+		}
+		time.Sleep(10 * time.Second)
+		l.LogFunc(context.Background(), attrs)
+		got := lines(&out)
+		if built != 2 || len(got) != 2 || !strings.Contains(got[1], "built=2 count=1000") {
+			t.Errorf("built %d times; lines:\n%s", built, out.String())
+		}
+	})
+}
