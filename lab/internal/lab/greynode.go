@@ -48,7 +48,7 @@ func greyNode(o Options) Plan {
 	p["loss"] = "tc in the lab's own network namespace: htb + u32 on the node's port (source or destination) to a class that holds nothing (pfifo limit 0); every packet whose IP ID's low byte is one of 5 values in 1..255 (5/256 = 2.0%), a deterministic every-51st packet of each connection, not a random draw"
 	p["partition"] = "the same class for every packet to or from the node's port, its proxy's port, its cluster bus port and its outgoing connections' source address (127.0.0.2: bind-source-addr, so that its own connections to its peers' buses are cut too)"
 	p["phases"] = "grey_* and partition_* figures are of requests scheduled in each phase, all keys; grey_node_keys_* and partition_node_keys_* of the grey node's keys only"
-	p["ejection"] = "holdfast only: ejection_ms from the grey phase's start to the tier's first ejection of the node (absent: none), partition_ejection_ms from the partition's start to the first ejection after it"
+	p["ejection"] = "holdfast only: ejection_ms from the grey phase's start to the tier's first ejection of the node (absent: none), partition_ejection_ms from the partition's start to the first ejection after it (absent: none, as when the node was already out then: grey_node_out_at_partition 1); grey_node_ejections_before/_grey/_partition count them per phase"
 	p["failover_ms"] = "from the partition's start until the node's replica reports role master"
 	run := func(ctx context.Context, o Options, m Mode) (ModeResult, error) {
 		if !InOwnNetwork() {
@@ -118,12 +118,15 @@ type greyRun struct {
 	all, grey [2]*Recorder // per phase: every key, the grey node's keys
 
 	// Set on the fault goroutine, read by extra after it ended.
-	// The tier's ejections of the node after the warm-up, at the grey
-	// phase's start, the partition's and the heal.
-	ejections0, ejectionsAtGrey, ejectionsAtPartition, ejectionsAtHeal uint64
-	ejection, partitionEjection                                        time.Duration // -1: none
-	failover                                                           time.Duration // -1: none
-	shaped                                                             bool
+	ejections0        uint64        // the tier's ejections of the node after the warm-up
+	ejectionsAtGrey   uint64        // ... at the grey phase's start
+	ejectionsAtPart   uint64        // ... at the partition's
+	ejectionsAtHeal   uint64        // ... at the heal
+	ejection          time.Duration // from the grey phase's start; -1: none in it
+	partitionEjection time.Duration // from the partition's start; -1: none in it
+	failover          time.Duration // -1: none
+	outAtPartition    bool          // the tier had the node out as the partition began
+	shaped            bool
 }
 
 // prepare runs before the readers exist: it puts the proxy in front of the
@@ -244,11 +247,12 @@ func (r *greyRun) partition(ctx context.Context, f *Fixture) error {
 	}
 	at := time.Now()
 	s0, counted := nodeStat(f.Reader, r.proxy.Addr())
-	r.ejectionsAtPartition = s0.Ejections
+	r.ejectionsAtPart = s0.Ejections
+	r.outAtPartition = counted && s0.State != redis.NodeReady
 	end := f.Start.Add(r.ph.heal)
 	lastRole := time.Time{}
 	for time.Now().Before(end) {
-		if s, ok := nodeStat(f.Reader, r.proxy.Addr()); counted && ok && r.partitionEjection < 0 && s.Ejections > r.ejectionsAtPartition {
+		if s, ok := nodeStat(f.Reader, r.proxy.Addr()); counted && ok && r.partitionEjection < 0 && s.Ejections > r.ejectionsAtPart {
 			r.partitionEjection = s.LastEjected.Sub(at)
 		}
 		if r.failover < 0 && time.Since(lastRole) >= 50*time.Millisecond {
@@ -306,8 +310,14 @@ func (r *greyRun) extra(f *Fixture, res *ModeResult) {
 		}
 		res.Extra["grey_node_ejections"] = float64(s.Ejections - r.ejections0)
 		res.Extra["grey_node_ejections_before"] = float64(r.ejectionsAtGrey - r.ejections0)
-		res.Extra["grey_node_ejections_grey"] = float64(r.ejectionsAtPartition - r.ejectionsAtGrey)
-		res.Extra["grey_node_ejections_partition"] = float64(r.ejectionsAtHeal - r.ejectionsAtPartition)
+		res.Extra["grey_node_ejections_grey"] = float64(r.ejectionsAtPart - r.ejectionsAtGrey)
+		res.Extra["grey_node_ejections_partition"] = float64(r.ejectionsAtHeal - r.ejectionsAtPart)
+		// 1 when the node was already out as the partition began: then it
+		// may not be ejected again in it (no partition_ejection_ms).
+		res.Extra["grey_node_out_at_partition"] = 0
+		if r.outAtPartition {
+			res.Extra["grey_node_out_at_partition"] = 1
+		}
 		res.Extra["grey_node_watchdog_closes"] = float64(s.WatchdogCloses)
 	}
 }
