@@ -10,6 +10,10 @@
 //	go run ./lab -scenario redis-freeze -out lab-out
 //	go run ./lab -scenario all -out lab-out
 //
+// grey-node shapes one node's traffic with tc, which must not touch the
+// machine's interfaces: for it, the command runs itself again under
+// unshare -n, in a network namespace of its own (root, unshare, ip and tc).
+//
 // It exits non-zero when a scenario or mode could not run because a part it
 // needs is not built yet; it never fakes the part.
 package main
