@@ -10,6 +10,10 @@
 //	go run ./lab -scenario redis-freeze -out lab-out
 //	go run ./lab -scenario all -out lab-out
 //
+// grey-node shapes one node's traffic with tc, which must not touch the
+// machine's interfaces: for it, the command runs itself again under
+// unshare -n, in a network namespace of its own (root, unshare, ip and tc).
+//
 // It exits non-zero when a scenario or mode could not run because a part it
 // needs is not built yet; it never fakes the part.
 package main
@@ -21,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -34,15 +39,65 @@ func main() {
 	if lab.IsChild() {
 		os.Exit(lab.ChildMain(os.Stdin, os.Stdout))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr}
 	code := m.ParseFlags(os.Args[1:])
+	if code == 0 && lab.InOwnNetwork() {
+		if err := lab.EnterOwnNetwork(); err != nil {
+			fmt.Fprintf(os.Stderr, "holdfast-lab: %v\n", err)
+			os.Exit(1)
+		}
+	}
+	if code == 0 && m.WantsOwnNetwork() && !lab.InOwnNetwork() {
+		// tc must not touch the machine's interfaces: run again in a
+		// network namespace of its own. Without one, the scenarios that
+		// need it report it missing.
+		cmd, err := lab.OwnNetworkCommand(os.Args[1:])
+		if err == nil {
+			os.Exit(runChild(cmd))
+		}
+		fmt.Fprintf(os.Stderr, "holdfast-lab: no network namespace of its own (%v)\n", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if code == 0 {
 		code = m.Run(ctx)
 	}
 	m.Close()
 	stop()
 	os.Exit(code)
+}
+
+// runChild runs the lab re-executed in its own network namespace, passes
+// it SIGINT and SIGTERM, and returns its exit code.
+func runChild(cmd *exec.Cmd) int {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "holdfast-lab: %v\n", err)
+		return 1
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sig:
+				_ = cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "holdfast-lab: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // Main is the program: flags in, scenarios run, files out.
@@ -80,6 +135,28 @@ func (m *Main) ParseFlags(args []string) int {
 		return 2
 	}
 	return 0
+}
+
+// WantsOwnNetwork reports whether a chosen scenario must run in a network
+// namespace of its own (grey-node shapes traffic with tc).
+func (m *Main) WantsOwnNetwork() bool {
+	if m.list {
+		return false
+	}
+	for _, s := range lab.Scenarios() {
+		if !s.OwnNetwork {
+			continue
+		}
+		if m.scenario == "all" {
+			return true
+		}
+		for _, name := range strings.Split(m.scenario, ",") {
+			if strings.TrimSpace(name) == s.Name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Run runs the chosen scenarios and returns the exit code: 0 when every

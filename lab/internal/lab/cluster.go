@@ -20,19 +20,28 @@ type Cluster struct {
 
 // StartCluster starts six cluster-enabled servers and joins them. The node
 // timeout is short (2 s) so that failovers happen within a scenario.
-func StartCluster(ctx context.Context) (_ *Cluster, err error) {
+func StartCluster(ctx context.Context) (*Cluster, error) { return StartClusterWith(ctx, nil) }
+
+// StartClusterWith is StartCluster with nodeArgs(i), when not nil, added to
+// the command line of the i-th node started. The first three become the
+// primaries.
+func StartClusterWith(ctx context.Context, nodeArgs func(i int) []string) (_ *Cluster, err error) {
 	c := &Cluster{}
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
-	for range 6 {
-		s, err := redistest.Launch(redistest.Options{Args: []string{
+	for i := range 6 {
+		args := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000",
-		}})
+		}
+		if nodeArgs != nil {
+			args = append(args, nodeArgs(i)...)
+		}
+		s, err := redistest.Launch(redistest.Options{Args: args})
 		if err != nil {
 			return nil, err
 		}

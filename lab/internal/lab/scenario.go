@@ -20,6 +20,7 @@ type Report struct {
 	Figure   string           `json:"-"` // the figure the scenario is run to show
 	Duration time.Duration    `json:"-"` // the time axis
 	Window   [2]time.Duration `json:"-"`
+	Marks    []Mark           `json:"-"` // events drawn on the chart
 	Missing  []string         `json:"-"` // "mode: part" for each mode that could not run
 }
 
@@ -84,7 +85,11 @@ type Scenario struct {
 	// Missing, when set, names the part this scenario needs that does not
 	// exist yet; the scenario is listed but not run.
 	Missing string
-	Plan    func(o Options) Plan
+	// OwnNetwork says the scenario runs only in a network namespace of
+	// the lab's own (see InOwnNetwork); the lab command re-executes itself
+	// in one for it.
+	OwnNetwork bool
+	Plan       func(o Options) Plan
 }
 
 // Plan is a scenario fixed for one run.
@@ -93,7 +98,16 @@ type Plan struct {
 	Figure   string
 	Duration time.Duration
 	Window   [2]time.Duration
-	RunMode  func(ctx context.Context, o Options, m Mode) (ModeResult, error)
+	// Marks are events to draw on the chart (a scenario's phases).
+	Marks   []Mark
+	RunMode func(ctx context.Context, o Options, m Mode) (ModeResult, error)
+}
+
+// Mark is an event at an offset from the start, drawn on the chart as a
+// labelled line.
+type Mark struct {
+	At    time.Duration
+	Label string
 }
 
 var registry = map[string]Scenario{}
@@ -131,7 +145,7 @@ func Run(ctx context.Context, s Scenario, o Options, modes []Mode) (*Report, err
 	p := s.Plan(o)
 	rep := &Report{
 		Scenario: s.Name, Params: p.Params, Summary: s.Summary, Figure: p.Figure,
-		Duration: p.Duration, Window: p.Window,
+		Duration: p.Duration, Window: p.Window, Marks: p.Marks,
 	}
 	o.scenario = s.Name
 	for _, m := range modes {

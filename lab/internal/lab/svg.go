@@ -60,6 +60,13 @@ func SVG(w io.Writer, rep *Report) error {
 		text(&b, (x0+x1)/2, top+12, "middle", `fill="#a33"`, "fault window")
 	}
 
+	// Events: a dashed line across both panels, labelled at the top.
+	for _, mk := range rep.Marks {
+		xm := x(mk.At.Seconds())
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#a33" stroke-dasharray="2,3"/>`+"\n", xm, top, xm, loadTop+loadH)
+		text(&b, xm+3, top+24, "start", `fill="#a33"`, mk.Label)
+	}
+
 	// Latency grid: one line per decade.
 	for e := lo; e <= hi; e++ {
 		y := yLat(math.Pow(10, e))

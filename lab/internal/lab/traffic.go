@@ -25,8 +25,15 @@ type Traffic struct {
 	MaxInFlight int
 	// Cluster runs against 3 primaries + 3 replicas instead of one server.
 	Cluster bool
+	// NodeArgs, when set, adds to the i-th cluster node's command line
+	// (see StartClusterWith).
+	NodeArgs func(i int) []string
 	// Faults run at their offsets, in order, on one goroutine.
 	Faults []Fault
+	// Prepare runs once the servers are up, before the Reader is built
+	// (grey-node puts a proxy in front of a node here, which the Reader
+	// must find in the Cluster's topology).
+	Prepare func(f *Fixture) error
 	// Setup runs after the fixture is built, before the first request.
 	Setup func(f *Fixture) error
 	// Extra adds scenario figures to the result once the mode has run.
@@ -72,7 +79,7 @@ func (f *Fixture) servers() []*redistest.Process {
 func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult, err error) {
 	f := &Fixture{}
 	if t.Cluster {
-		c, err := StartCluster(ctx)
+		c, err := StartClusterWith(ctx, t.NodeArgs)
 		if err != nil {
 			return res, err
 		}
@@ -91,6 +98,11 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 		addrs = append(addrs, s.Addr())
 	}
 
+	if t.Prepare != nil {
+		if err := t.Prepare(f); err != nil {
+			return res, fmt.Errorf("prepare: %w", err)
+		}
+	}
 	src := NewSource(t.Source)
 	f.Source = src
 	cfg := t.Reader
