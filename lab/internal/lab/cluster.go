@@ -37,6 +37,12 @@ func StartClusterWith(ctx context.Context, nodeArgs func(i int) []string) (_ *Cl
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000",
+			// The replicas' first sync starts at once, not after the
+			// default 5 s wait for more replicas: each scenario mode
+			// starts a Cluster of its own, so the wait added about 5 s to
+			// every one. A scenario that times a resync sets the default
+			// back before it (replica-resync).
+			"--repl-diskless-sync-delay", "0",
 		}
 		if nodeArgs != nil {
 			args = append(args, nodeArgs(i)...)

@@ -530,6 +530,14 @@ func (r *resyncRun) countBefore(ctx context.Context, f *Fixture) error {
 // it is ready (or the run ends): the client's reads counted for it and its
 // own GET/MGET calls, at the last sample taken while it was not ready.
 func (r *resyncRun) restart(ctx context.Context, f *Fixture) error {
+	// The resync is timed with a production server's settings: the
+	// primary waits its default 5 s for more replicas before it sends
+	// (StartCluster starts at once, to start quickly).
+	for _, n := range f.Cluster.Nodes {
+		if _, err := Command(n.Addr(), time.Second, "CONFIG", "SET", "repl-diskless-sync-delay", "5"); err != nil {
+			return fmt.Errorf("%s: CONFIG SET repl-diskless-sync-delay: %w", n.Addr(), err)
+		}
+	}
 	r.atKill = countNow(f)
 	r.replica.Kill()
 	defer func() { r.atEnd = countNow(f) }()
