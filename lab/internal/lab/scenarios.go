@@ -47,6 +47,7 @@ func init() {
 	Register(Scenario{Name: "node-freeze", Summary: "One primary of a 3+3 Cluster frozen with SIGSTOP for 10 s under 300 req/s over 3,000 keys: first_ejection_ms, healthy_keys_p99_ratio.", Plan: nodeFreeze})
 	Register(Scenario{Name: "update-propagation", Summary: "4 reader processes and a writer on a 3+3 Cluster: 2,000 req/s over 1,000 Zipf keys, 50 updates/s to the 10 most popular, the whole Cluster frozen for the middle 10 s of 60: propagation_p99_ms, old_reads_past_bound, hot shares through the freeze, converge_after_thaw_ms.", Plan: updatePropagation})
 	Register(Scenario{Name: "hot-key-warm-start", Summary: "3 reader processes with Hot.Share on a 3+3 Cluster under 2,000 req/s, 80% on 10 hot keys, the rest uniform over 10,000; a 4th process started 10 s in, and a control without warm start: warm_start_hot_share_ratio, cold_start_hot_share_ratio over its first 5 s.", Plan: hotKeyWarmStart})
+	Register(Scenario{Name: "fleet-loss", Summary: "A 30+30 Cluster at 3,000 req/s over 100,000 Zipf keys loses 12 nodes (3 hosts: 6 primaries, 6 replicas) to SIGSTOP for 30 s of 60: window p95/p99, first_ejection_ms, last_ejection_ms, return_to_service_ms_max, node_reads_max_over_mean.", Plan: fleetLoss})
 	Register(Scenario{Name: "replica-resync", Summary: "A replica of a 3+3 Cluster restarted empty while its primary holds 200,000 keys: unready_replica_reads.", Plan: replicaResync})
 }
 

@@ -98,6 +98,7 @@ func TestSmokeAllScenarios(t *testing.T) {
 // shortened.
 var smokeFigures = map[string][]string{
 	"node-freeze": {"healthy_keys_p99_ratio"},
+	"fleet-loss":  {"cluster_nodes", "nodes_lost", "failovers", "node_reads_max_over_mean", "node_reads_max_over_mean_floor"},
 	"replica-resync": {"unready_replica_reads", "unready_replica_server_reads",
 		"misses_during_resync", "misses_before_resync", "loads_during_resync", "loads_before_resync"},
 	// Shortened, the older processes have not shared their hot keys yet

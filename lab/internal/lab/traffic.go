@@ -25,6 +25,9 @@ type Traffic struct {
 	MaxInFlight int
 	// Cluster runs against 3 primaries + 3 replicas instead of one server.
 	Cluster bool
+	// NewCluster, when set, builds the Cluster instead (Cluster is then
+	// implied): fleet-loss's 30 + 30.
+	NewCluster func(ctx context.Context) (*Cluster, error)
 	// Faults run at their offsets, in order, on one goroutine.
 	Faults []Fault
 	// Setup runs after the fixture is built, before the first request.
@@ -71,8 +74,12 @@ func (f *Fixture) servers() []*redistest.Process {
 // RunMode runs the traffic once with mode m.
 func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult, err error) {
 	f := &Fixture{}
-	if t.Cluster {
-		c, err := StartCluster(ctx)
+	if t.Cluster || t.NewCluster != nil {
+		start := StartCluster
+		if t.NewCluster != nil {
+			start = t.NewCluster
+		}
+		c, err := start(ctx)
 		if err != nil {
 			return res, err
 		}
