@@ -11,9 +11,10 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
-// Cluster is a Redis Cluster of 3 primaries and 3 replicas built with the
-// server's own tooling (redis-cli --cluster create), for the scenarios that
-// fail one node of many.
+// Cluster is a Redis Cluster for the scenarios that fail some nodes of
+// many: 3 primaries and 3 replicas built with the server's own tooling
+// (redis-cli --cluster create) by StartCluster, or fleet-loss's 30 + 30
+// joined by hand by StartFleet.
 type Cluster struct {
 	Nodes []*redistest.Process // in creation order; roles change on failover, ask Role
 }

@@ -639,13 +639,18 @@ func infoAll(addr string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseInfo(s), nil
+}
+
+// parseInfo returns the "field:value" lines of an INFO reply as a map.
+func parseInfo(s string) map[string]string {
 	out := map[string]string{}
 	for _, l := range strings.Split(s, "\n") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
 			out[k] = v
 		}
 	}
-	return out, nil
+	return out
 }
 
 // readCalls is GET + MGET calls from INFO commandstats fields

@@ -48,6 +48,7 @@ func init() {
 	Register(Scenario{Name: "update-propagation", Summary: "4 reader processes and a writer on a 3+3 Cluster: 2,000 req/s over 1,000 Zipf keys, 50 updates/s to the 10 most popular, the whole Cluster frozen for the middle 10 s of 60: propagation_p99_ms, old_reads_past_bound, hot shares through the freeze, converge_after_thaw_ms.", Plan: updatePropagation})
 	Register(Scenario{Name: "hot-key-warm-start", Summary: "3 reader processes with Hot.Share on a 3+3 Cluster under 2,000 req/s, 80% on 10 hot keys, the rest uniform over 10,000; a 4th process started 10 s in, and a control without warm start: warm_start_hot_share_ratio, cold_start_hot_share_ratio over its first 5 s.", Plan: hotKeyWarmStart})
 	Register(Scenario{Name: "grey-node", Summary: "One primary of a 3+3 Cluster slow and lossy (30 ms ± 10 ms each way, 2% loss) for 20 s, then partitioned for 10 s, under 300 req/s over 3,000 keys, in a network namespace of the lab's own: each phase's p99 and errors, ejection_ms, failover_ms.", OwnNetwork: true, Plan: greyNode})
+	Register(Scenario{Name: "fleet-loss", Summary: "A 30+30 Cluster at 3,000 req/s over 100,000 Zipf keys loses 12 nodes (3 hosts: 6 primaries, 6 replicas) to SIGSTOP for 30 s of 60: window p95/p99, first_ejection_ms, last_ejection_ms, return_to_service_ms_max, node_reads_max_over_mean.", Plan: fleetLoss})
 	Register(Scenario{Name: "replica-resync", Summary: "A replica of a 3+3 Cluster restarted empty while its primary holds 200,000 keys: unready_replica_reads.", Plan: replicaResync})
 }
 

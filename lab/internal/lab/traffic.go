@@ -28,6 +28,9 @@ type Traffic struct {
 	// NodeArgs, when set, adds to the i-th cluster node's command line
 	// (see StartClusterWith).
 	NodeArgs func(i int) []string
+	// NewCluster, when set, builds the Cluster instead (Cluster is then
+	// implied): fleet-loss's 30 + 30.
+	NewCluster func(ctx context.Context) (*Cluster, error)
 	// Faults run at their offsets, in order, on one goroutine.
 	Faults []Fault
 	// Prepare runs once the servers are up, before the Reader is built
@@ -78,8 +81,12 @@ func (f *Fixture) servers() []*redistest.Process {
 // RunMode runs the traffic once with mode m.
 func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult, err error) {
 	f := &Fixture{}
-	if t.Cluster {
-		c, err := StartClusterWith(ctx, t.NodeArgs)
+	if t.Cluster || t.NewCluster != nil {
+		start := func(ctx context.Context) (*Cluster, error) { return StartClusterWith(ctx, t.NodeArgs) }
+		if t.NewCluster != nil {
+			start = t.NewCluster
+		}
+		c, err := start(ctx)
 		if err != nil {
 			return res, err
 		}

@@ -1,0 +1,193 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
+)
+
+// StartFleet starts a Cluster of shards primaries with one replica each, too
+// many nodes for redis-cli --cluster create to join in seconds (it meets
+// them one by one and checks the configuration after each step). Nodes are
+// started in parallel and joined by hand: each primary takes its slots with
+// one CLUSTER ADDSLOTSRANGE and a configuration epoch of its own (so no
+// epoch collision has to be resolved), the first node meets every other,
+// gossip spreads the rest, and each replica is told its primary once it
+// knows every node. Nodes[i] is shard i's primary and Nodes[shards+i] its
+// replica, until a failover changes the roles. Every node started is
+// stopped again when StartFleet fails.
+func StartFleet(ctx context.Context, shards int, nodeTimeout time.Duration) (_ *Cluster, err error) {
+	c := &Cluster{Nodes: make([]*redistest.Process, 2*shards)}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	buses, err := c.launchAll(nodeTimeout)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		id, err := Command(n.Addr(), time.Second, "CLUSTER", "MYID")
+		if err != nil {
+			return nil, fmt.Errorf("%s: CLUSTER MYID: %w", n.Addr(), err)
+		}
+		ids[i] = id
+		if _, err := Command(n.Addr(), time.Second, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
+			return nil, fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", n.Addr(), err)
+		}
+	}
+	for i, r := range slotRanges(shards) {
+		if _, err := Command(c.Nodes[i].Addr(), time.Second, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(r[0]), strconv.Itoa(r[1])); err != nil {
+			return nil, fmt.Errorf("%s: CLUSTER ADDSLOTSRANGE: %w", c.Nodes[i].Addr(), err)
+		}
+	}
+	first := c.Nodes[0].Addr()
+	for i, n := range c.Nodes[1:] {
+		host, port, _ := net.SplitHostPort(n.Addr())
+		if _, err := Command(first, time.Second, "CLUSTER", "MEET", host, port, strconv.Itoa(buses[i+1])); err != nil {
+			return nil, fmt.Errorf("%s: CLUSTER MEET %s: %w", first, n.Addr(), err)
+		}
+	}
+	if err := c.waitKnown(ctx, len(c.Nodes), 30*time.Second); err != nil {
+		return nil, err
+	}
+	for i := range shards {
+		r := c.Nodes[shards+i]
+		if _, err := Command(r.Addr(), 5*time.Second, "CLUSTER", "REPLICATE", ids[i]); err != nil {
+			return nil, fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", r.Addr(), ids[i], err)
+		}
+	}
+	if err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// launchAll starts every node, 8 at a time (each start execs redis-cli to
+// wait for PING, and 60 at once would starve the machine's 2 cores), and
+// returns their cluster bus ports.
+func (c *Cluster) launchAll(nodeTimeout time.Duration) ([]int, error) {
+	sem := make(chan struct{}, 8)
+	errs := make([]error, len(c.Nodes))
+	buses := make([]int, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i := range c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c.Nodes[i], buses[i], errs[i] = launchFleetNode(nodeTimeout)
+		}()
+	}
+	wg.Wait()
+	// Close (on StartFleet's error path) skips the nodes that did not start.
+	kept := c.Nodes[:0]
+	for _, n := range c.Nodes {
+		if n != nil {
+			kept = append(kept, n)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		c.Nodes = kept
+		return nil, err
+	}
+	return buses, nil
+}
+
+// launchFleetNode starts one cluster-enabled server with a bus port of its
+// own, picked free, rather than Redis's port + 10,000 (above 65,535 for a
+// quarter of the kernel's ephemeral ports, and not checked free). A bus port
+// taken between the pick and the bind fails the start: picked again, up to 3
+// times.
+func launchFleetNode(nodeTimeout time.Duration) (*redistest.Process, int, error) {
+	var last error
+	for range 3 {
+		bus, err := freeLoopbackPort()
+		if err != nil {
+			return nil, 0, err
+		}
+		p, err := redistest.Launch(redistest.Options{Args: []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(bus),
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+			// Serve the covered slots while a failed primary's are not yet
+			// taken over, and let a replica whose primary went silent be
+			// promoted however long ago it last heard from it.
+			"--cluster-require-full-coverage", "no",
+			"--cluster-replica-validity-factor", "0",
+			// A full resync straight over the socket, without waiting 5 s
+			// for more replicas to join it.
+			"--repl-diskless-sync", "yes",
+			"--repl-diskless-sync-delay", "0",
+		}})
+		if err == nil {
+			return p, bus, nil
+		}
+		last = err
+	}
+	return nil, 0, last
+}
+
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// slotRanges splits the 16,384 hash slots into n contiguous ranges, first
+// and last slot inclusive, the first ones a slot longer when n does not
+// divide 16,384.
+func slotRanges(n int) [][2]int {
+	out := make([][2]int, n)
+	lo := 0
+	for i := range n {
+		size := 16384 / n
+		if i < 16384%n {
+			size++
+		}
+		out[i] = [2]int{lo, lo + size - 1}
+		lo += size
+	}
+	return out
+}
+
+// waitKnown waits, at most limit, until every node knows n nodes.
+func (c *Cluster) waitKnown(ctx context.Context, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	want := "cluster_known_nodes:" + strconv.Itoa(n)
+	for {
+		behind := ""
+		for _, node := range c.Nodes {
+			st, err := Command(node.Addr(), time.Second, "CLUSTER", "INFO")
+			if err != nil || !strings.Contains(st, want) {
+				behind = node.Addr()
+				break
+			}
+		}
+		if behind == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not know all %d nodes within %v", behind, n, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
