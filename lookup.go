@@ -74,12 +74,11 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	var m meta
 	j.status = tierNone
 	if n.c.opts.Shared != nil {
+		n.c.shared.readBegins(now)
 		m, j.status = n.sharedReadTraced(ctx, j.key)
 		began := now
 		now = n.exactNow() // see lookup
-		if j.status == tierHit || j.status == tierMiss {
-			n.c.shared.observeRead(now - began)
-		}
+		n.c.shared.readEnds(began, now, j.status == tierHit || j.status == tierMiss)
 	}
 	j.f.readOver.Store(true)
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)

@@ -127,11 +127,12 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 	// uncancellable context also lets the Redis tier share one deadline
 	// among the reads of a millisecond).
 	detached := context.WithoutCancel(ctx)
-	if n.slowReadOn() && n.fromMemory(key, n.exactNow()) != nil {
-		// A value the reader may be served is in hand: the read goes to
-		// a goroutine of the Cache's, so that a slow tier costs this
-		// reader the slow-read delay, not the read budget (wait). The
-		// flight goes on as the leader's own would.
+	if now := n.exactNow(); n.slowReadOn() && n.c.shared.suspect(now, n.slowReadDelay()) && n.fromMemory(key, now) != nil {
+		// The tier may be slow and a value the reader may be served is
+		// in hand: the read goes to a goroutine of the Cache's, so that
+		// a slow tier costs this reader the slow-read delay, not the
+		// read budget (wait). The flight goes on as the leader's own
+		// would.
 		if err := n.goFlight(&jv, func(j *job) { n.run(detached, []*job{j}, source{one: loader}) }); err != nil {
 			return Result{}, err
 		}

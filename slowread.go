@@ -36,6 +36,44 @@ type sharedHealth struct {
 	// failedAt is when the tier last failed or bypassed a call, in Unix
 	// nanoseconds; 0 never.
 	failedAt atomic.Int64
+	// inflight counts the shared reads running; busySince is when it last
+	// rose from 0, lastDone when a read last ended: together they tell a
+	// tier that has answered nothing for a while with reads waiting on it.
+	inflight  atomic.Int64
+	busySince atomic.Int64
+	lastDone  atomic.Int64
+}
+
+// readBegins records the start of a shared read at now.
+func (h *sharedHealth) readBegins(now int64) {
+	if h.inflight.Add(1) == 1 {
+		h.busySince.Store(now)
+	}
+}
+
+// readEnds records the end of a shared read begun at began, at now, that
+// the tier answered (ok) or failed.
+func (h *sharedHealth) readEnds(began, now int64, ok bool) {
+	h.inflight.Add(-1)
+	h.lastDone.Store(now)
+	if ok {
+		h.observeRead(now - began)
+	}
+}
+
+// suspect reports whether the shared tier may be stalled or failing at now,
+// so that a read had better not run on its reader's goroutine: it failed
+// within tierFailingFor, or reads are waiting on it and it has answered
+// none for delay. Running every read on a goroutine of its own halves the
+// shared-hit throughput of a healthy tier (BenchmarkGetSharedHitRatio), and
+// so does running them so while a busy tier answers slowly but steadily; a
+// freeze is seen after at most delay, and the few reads sent before that
+// wait for the tier as before (a reader that joins one of them does not).
+func (h *sharedHealth) suspect(now int64, delay time.Duration) bool {
+	if h.failing(now) {
+		return true
+	}
+	return h.inflight.Load() > 0 && now-max(h.lastDone.Load(), h.busySince.Load()) > int64(delay)
 }
 
 // observeRead adds a successful read that took d nanoseconds.

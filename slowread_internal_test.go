@@ -56,3 +56,35 @@ func TestSharedHealthFailing(t *testing.T) {
 		t.Fatal("still failing tierFailingFor after the failure")
 	}
 }
+
+// The tier is suspect, and reads leave their readers' goroutines, once
+// reads have waited on it for the delay with none answered, and while it
+// fails; not while it is idle, nor while it answers.
+func TestSharedHealthSuspect(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	delay := 2 * time.Millisecond
+	var h sharedHealth
+	if h.suspect(100*ms, delay) {
+		t.Fatal("suspect while idle")
+	}
+	h.readBegins(100 * ms)
+	if h.suspect(101*ms, delay) {
+		t.Fatal("suspect 1 ms into a read")
+	}
+	if !h.suspect(103*ms, delay) {
+		t.Fatal("not suspect 3 ms into a read, nothing answered")
+	}
+	h.readBegins(103 * ms)
+	h.readEnds(100*ms, 104*ms, true)
+	if h.suspect(105*ms, delay) {
+		t.Fatal("suspect 1 ms after an answer")
+	}
+	h.readEnds(103*ms, 105*ms, false)
+	if h.suspect(500*ms, delay) {
+		t.Fatal("suspect while idle again")
+	}
+	h.failedAt.Store(500 * ms)
+	if !h.suspect(600*ms, delay) {
+		t.Fatal("not suspect 100 ms after a failure")
+	}
+}

@@ -22,7 +22,10 @@ import (
 // with a TTL of a minute and SlowReadGrace testGrace (unless p says
 // otherwise), holding "k" and "j" as loaded once ("v1:k", "v1:j"). The
 // returned stall freezes the tier until the test ends (or its thaw is
-// called), and is thawed before the Cache closes.
+// called), and is thawed before the Cache closes; it leaves a read of the
+// key "stuck" waiting on the tier and moves the clock past the slow-read
+// delay, so that the Cache has seen the tier answer nothing for that long
+// (a tier that looks healthy is read on its reader's goroutine).
 func slowReadNS(t *testing.T, p holdfast.Policy) (ns *holdfast.Namespace, shared *inmem.Tier, clk *fakeclock.Clock, stall func() (thaw func())) {
 	t.Helper()
 	clk = fakeclock.New(t0)
@@ -39,7 +42,10 @@ func slowReadNS(t *testing.T, p holdfast.Policy) (ns *holdfast.Namespace, shared
 	mustGet(t, ns, "j", &countingLoader{})
 	stall = func() func() {
 		thaw := shared.Stall()
-		t.Cleanup(thaw) // before the Cache's Close, registered earlier
+		getAsync(t, ns, "stuck", &countingLoader{})
+		t.Cleanup(thaw) // before the wait for stuck's reader and the Cache's Close, registered earlier
+		eventually(t, "the read of stuck to begin", func() bool { return ns.Loading("stuck") })
+		clk.Advance(5 * testGrace)
 		return thaw
 	}
 	return ns, shared, clk, stall
@@ -81,6 +87,26 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 	shared.Fail(errors.New("down"))
 	if res := mustGet(t, ns, "k", &countingLoader{}); string(res.Value) != "v9:k" || res.Source != holdfast.SourceLastKnownGood {
 		t.Fatalf("after the thaw, with the tier down: %q from %v; want the frozen read's v9:k from last-known-good", res.Value, res.Source)
+	}
+}
+
+// The first read of a tier that froze while it looked healthy runs on its
+// reader's goroutine and waits for the tier, as before; a reader that joins
+// it is answered from memory.
+func TestSlowSharedReadJoinerAnsweredFromMemory(t *testing.T) {
+	ns, shared, _, _ := slowReadNS(t, holdfast.Policy{})
+	thaw := shared.Stall()
+	first := getAsync(t, ns, "k", &countingLoader{})
+	t.Cleanup(thaw) // before the wait for first's reader
+	eventually(t, "the read of k to begin", func() bool { return ns.Loading("k") })
+	a := within(t, getAsync(t, ns, "k", &countingLoader{}), "reader joining a frozen read")
+	if a.err != nil || string(a.res.Value) != "v1:k" || a.res.Source != holdfast.SourceMemoryOnSlowRead || !a.res.Collapsed {
+		t.Fatalf("joiner: %q from %v (collapsed %v, %v); want v1:k from memory, collapsed", a.res.Value, a.res.Source, a.res.Collapsed, a.err)
+	}
+	stillWaiting(t, first, "the first reader, on its own goroutine")
+	thaw()
+	if a := within(t, first, "the first reader after the thaw"); a.err != nil || a.res.Source != holdfast.SourceShared {
+		t.Fatalf("first reader: %q from %v (%v); want the tier's answer", a.res.Value, a.res.Source, a.err)
 	}
 }
 

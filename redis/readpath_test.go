@@ -447,7 +447,7 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 	// Later reads, with Redis still down: no second load.
 	for i := 0; i < 20; i++ {
 		res := rp.get(t, key, l, redis.DefaultReadBudget+slack)
-		if res.Source != holdfast.SourceHot && res.Source != holdfast.SourceLastKnownGood {
+		if res.Source != holdfast.SourceHot && res.Source != holdfast.SourceLastKnownGood && res.Source != holdfast.SourceMemoryOnSlowRead {
 			t.Fatalf("later read from %v", res.Source)
 		}
 	}

@@ -85,23 +85,47 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 	if err := raw.Do(ctx, raw.B().Set().Key("product:a").Value(rueidis.BinaryString(newer)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
+	// The first read after the freeze runs on its reader's goroutine (the
+	// tier looked healthy) and waits; once the tier has answered nothing
+	// for the slow-read delay, a read of "a" is answered from memory at
+	// once. Its read goes on, and once Redis thaws its answer reaches
+	// last-known-good.
+	type timed struct {
+		res holdfast.Result
+		d   time.Duration
+	}
+	firstRead := func(key string) <-chan timed {
+		ch := make(chan timed, 1)
+		go func() {
+			res, d := timedGet(key)
+			ch <- timed{res, d}
+		}()
+		eventually(t, 5*time.Second, func() bool { return rp.ns.Loading(key) })
+		time.Sleep(5 * healthyGrace)
+		return ch
+	}
 	freeze()
+	cold := firstRead("cold")
 	res, d := timedGet("a")
 	if res.Source != holdfast.SourceMemoryOnSlowRead || string(res.Value) != "value-of-a" || d > fast {
 		t.Fatalf("frozen: %q from %v after %v; want value-of-a from memory within %v", res.Value, res.Source, d, fast)
 	}
 	t.Logf("frozen, a value in memory: answered after %v", d)
+	thawedAt := time.Now()
 	thaw()
+	if c := <-cold; c.res.Source != holdfast.SourceLoaded || time.Since(thawedAt) > c.d {
+		t.Fatalf("first read, nothing in memory: from %v after %v; want the loader's answer once Redis thawed", c.res.Source, c.d)
+	}
 	waitFlight(t, rp, "a")
+
 	freeze()
+	cold = firstRead("cold2")
 	if res, d := timedGet("a"); res.Source != holdfast.SourceMemoryOnSlowRead || string(res.Value) != "newer-a" || d > fast {
 		t.Fatalf("frozen again: %q from %v after %v; want the thawed read's newer-a from memory", res.Value, res.Source, d)
 	}
-
 	// Without a value in memory a read waits for Redis, as before.
-	res, d = timedGet("cold")
-	if res.Source != holdfast.SourceLoaded || d < slowReadBudget*9/10 {
-		t.Fatalf("frozen, nothing in memory: from %v after %v; want a load after the %v budget", res.Source, d, slowReadBudget)
+	if c := <-cold; c.res.Source != holdfast.SourceLoaded || c.d < slowReadBudget*9/10 {
+		t.Fatalf("frozen, nothing in memory: from %v after %v; want a load after the %v budget", c.res.Source, c.d, slowReadBudget)
 	}
 
 	// Reads answered from memory while their reads time out open the
