@@ -130,6 +130,11 @@ type Policy struct {
 	// costs such a reader a few milliseconds instead of the read budget,
 	// while a healthy tier's jitter rarely reaches the delay. A reader
 	// without such a value waits for the read as it would without this.
+	// A read leaves its reader's goroutine only once the tier is suspect
+	// (reads have waited on it the delay with none answered, or it failed
+	// within the last second), since a goroutine per read would cost a
+	// healthy tier's throughput: the few reads sent to a tier that froze
+	// while it looked healthy wait for it, though their joiners do not.
 	// Default 2 ms: several round trips of a Redis on the same network,
 	// so no answer comes from memory while the tier answers as usual
 	// (measured in the lab's no-fault runs). A negative value turns it
