@@ -44,11 +44,18 @@ const (
 	// stale-if-error window, served because its load had not answered
 	// within Policy.SlowLoadGrace; the load goes on and stores its value.
 	SourceStaleOnSlowLoad
+	// SourceMemoryOnSlowRead: a value from this process's last-known-good
+	// store, served because the shared tier had not answered within the
+	// slow-read delay (Policy.SlowReadGrace): a value within its hard
+	// time, or past it within its stale-if-error window while the shared
+	// tier is failing. The read goes on and its answer is stored as
+	// usual. Result.Stale reports whether the value was past its soft time.
+	SourceMemoryOnSlowRead
 )
 
 // sourceNames are the Sources' names; the zero Source, on a read that
 // failed, is "none".
-var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined", "stale-on-slow-load"}
+var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined", "stale-on-slow-load", "memory-on-slow-read"}
 
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
@@ -69,6 +76,9 @@ type Result struct {
 	// Collapsed is set when this read waited for another read's fetch
 	// (RFC 9211's "collapsed").
 	Collapsed bool
+	// pastSoft is set on a SourceMemoryOnSlowRead answer served past its
+	// soft time, so that Stale tells it from a fresh one.
+	pastSoft bool
 	// origin, soft and hard are Unix nanoseconds: a hit copies three words,
 	// not three time.Time values.
 	origin, soft, hard int64
@@ -88,7 +98,8 @@ func (r Result) Age(now time.Time) time.Duration { return time.Duration(now.Unix
 
 // Stale reports whether the value was served past its soft time.
 func (r Result) Stale() bool {
-	return r.Source == SourceStale || r.Source == SourceStaleOnError || r.Source == SourceStaleOnSlowLoad
+	return r.Source == SourceStale || r.Source == SourceStaleOnError || r.Source == SourceStaleOnSlowLoad ||
+		r.Source == SourceMemoryOnSlowRead && r.pastSoft
 }
 
 // Cache is a read-through cache of namespaces. Create one with New; it is safe
@@ -110,8 +121,9 @@ type Cache struct {
 	namespaces map[string]*Namespace
 	closed     atomic.Bool // set under mu; read without it on the miss path
 
-	stream streamState // with a tier.InvalidationStream
-	id     string      // this Cache's identity in announcements (tier.WithOrigin)
+	stream streamState  // with a tier.InvalidationStream
+	shared sharedHealth // the shared tier's recent latency and failures
+	id     string       // this Cache's identity in announcements (tier.WithOrigin)
 }
 
 // New returns a Cache configured by opts, or an error if opts is invalid.

@@ -3,6 +3,7 @@ package holdfast
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
 // A flight is one fetch of one key — shared-tier read, then load if needed —
@@ -46,6 +47,11 @@ type flight struct {
 	grace    *meta
 	offered  bool
 	graceSet chan struct{}
+
+	// readOver is set once the flight's shared-tier read has answered (or
+	// was never needed): from then on its readers wait for the load, not
+	// for the tier, and none is answered from memory for a slow read.
+	readOver atomic.Bool
 }
 
 type outcome struct {

@@ -54,6 +54,9 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	// The shared tier may have taken up to its read budget (two, for a
 	// smeared copy that missed): judge the answers by the time now.
 	now = n.exactNow()
+	for _, j := range toRead {
+		j.f.readOver.Store(true)
+	}
 	for i, j := range toRead {
 		j.status = statuses[i]
 		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
@@ -71,9 +74,13 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	var m meta
 	j.status = tierNone
 	if n.c.opts.Shared != nil {
+		n.c.shared.readBegins(now)
 		m, j.status = n.sharedReadTraced(ctx, j.key)
+		began := now
 		now = n.exactNow() // see lookup
+		n.c.shared.readEnds(began, now, j.status == tierHit || j.status == tierMiss)
 	}
+	j.f.readOver.Store(true)
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
 }
 

@@ -37,6 +37,7 @@ type Stats struct {
 	StaleServed       uint64 // values served between soft and hard time (while revalidating)
 	StaleOnError      uint64 // values served past hard time, or from last-known-good, because fresh data could not be had
 	StaleOnSlowLoad   uint64 // values served past hard time, within stale-if-error, because their load outlasted Policy.SlowLoadGrace
+	MemoryOnSlowRead  uint64 // values served from last-known-good because the shared tier had not answered within the slow-read delay (Policy.SlowReadGrace)
 	LocalServed       uint64 // values served from last-known-good while the shared tier was down
 	NegativeHits      uint64 // cached not-found answers served
 	Rejected          uint64 // loads rejected by the load limiter
@@ -100,6 +101,7 @@ const (
 	evStaleServed
 	evStaleOnError
 	evStaleOnSlowLoad
+	evMemoryOnSlowRead
 	evLocalServed
 	evNegativeHit
 	evRejected
@@ -199,6 +201,7 @@ func (c *counters) snapshot() Stats {
 		StaleServed:      c.sum(evStaleServed),
 		StaleOnError:     c.sum(evStaleOnError),
 		StaleOnSlowLoad:  c.sum(evStaleOnSlowLoad),
+		MemoryOnSlowRead: c.sum(evMemoryOnSlowRead),
 		LocalServed:      c.sum(evLocalServed),
 		NegativeHits:     c.sum(evNegativeHit),
 		Rejected:         c.sum(evRejected),

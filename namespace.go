@@ -163,6 +163,7 @@ func (n *Namespace) xfetchDue(m *meta, now int64) bool {
 }
 
 func (n *Namespace) countTierError(err error, ev event) {
+	n.c.shared.failedAt.Store(n.exactNow())
 	if errors.Is(err, tier.ErrBypassed) {
 		n.ctr.inc(evSharedBypassed)
 	} else {

@@ -116,6 +116,31 @@ type Policy struct {
 	// load, up to LoadTimeout).
 	SlowLoadGrace time.Duration
 
+	// SlowReadGrace is the least a reader waits for the shared tier when
+	// this process's last-known-good store holds a value it may serve:
+	// one within its hard time, or one past it within its stale-if-error
+	// window while the shared tier is failing (errors or bypasses in the
+	// last second). Past the slow-read delay the reader gets that value
+	// (SourceMemoryOnSlowRead) while the read goes on in the background:
+	// its answer still reaches the tier's breaker and this process's
+	// stores. The delay is adaptive: four times the shared tier's recent
+	// latency (a moving average of the single-key reads that succeeded),
+	// never less than SlowReadGrace, and in effect never more than the
+	// tier's read budget, which ends the read first. A frozen tier then
+	// costs such a reader a few milliseconds instead of the read budget,
+	// while a healthy tier's jitter rarely reaches the delay. A reader
+	// without such a value waits for the read as it would without this.
+	// A read leaves its reader's goroutine only once the tier is suspect
+	// (reads have waited on it the delay with none answered, or it failed
+	// within the last second), since a goroutine per read would cost a
+	// healthy tier's throughput: the few reads sent to a tier that froze
+	// while it looked healthy wait for it, though their joiners do not.
+	// Default 2 ms: several round trips of a Redis on the same network,
+	// so no answer comes from memory while the tier answers as usual
+	// (measured in the lab's no-fault runs). A negative value turns it
+	// off.
+	SlowReadGrace time.Duration
+
 	// LoadErrorBackoff is how long after a failed load of a key its reads
 	// are served stale, when a stale value may be served, without calling
 	// the loader again: a source that is down gets one call per key per
@@ -313,6 +338,7 @@ const (
 	DefaultLoadErrorBackoff   = time.Second
 	DefaultLoadTimeout        = 5 * time.Second
 	DefaultSlowLoadGrace      = 15 * time.Millisecond
+	DefaultSlowReadGrace      = 2 * time.Millisecond
 	DefaultHotTTL             = time.Minute
 	DefaultHotMaxBytes        = 16 << 20
 	DefaultHotThreshold       = 1000.0 / 60
@@ -414,6 +440,9 @@ func (p Policy) withDefaults() (Policy, error) {
 	case p.SlowLoadGrace >= p.LoadTimeout:
 		// The load would time out first, and stale-if-error answer then.
 		bad("SlowLoadGrace %v is not shorter than LoadTimeout %v (a negative value turns it off)", p.SlowLoadGrace, p.LoadTimeout)
+	}
+	if p.SlowReadGrace == 0 {
+		p.SlowReadGrace = DefaultSlowReadGrace
 	}
 	if j := p.EarlyRefresh.Jitter; j < 0 || j >= 1 || math.IsNaN(j) {
 		bad("EarlyRefresh.Jitter %v is outside [0, 1)", j)

@@ -111,7 +111,7 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 	f, leader := n.flights.join(key)
 	if !leader {
 		n.ctr.inc(evCoalesced)
-		return n.wait(ctx, f, true)
+		return n.wait(ctx, key, f, true)
 	}
 	// The job lives on this goroutine's stack through the lookup, which
 	// answers most flights (a shared-tier hit); only a load moves it to the
@@ -127,20 +127,41 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 	// uncancellable context also lets the Redis tier share one deadline
 	// among the reads of a millisecond).
 	detached := context.WithoutCancel(ctx)
+	if now := n.exactNow(); n.slowReadOn() && n.c.shared.suspect(now, n.slowReadDelay()) && n.fromMemory(key, now) != nil {
+		// The tier may be slow and a value the reader may be served is
+		// in hand: the read goes to a goroutine of the Cache's, so that
+		// a slow tier costs this reader the slow-read delay, not the
+		// read budget (wait). The flight goes on as the leader's own
+		// would.
+		if err := n.goFlight(&jv, func(j *job) { n.run(detached, []*job{j}, source{one: loader}) }); err != nil {
+			return Result{}, err
+		}
+		return n.wait(ctx, key, f, false)
+	}
 	n.lookupOne(detached, &jv)
 	if jv.done {
 		n.finish(&jv)
 		return jv.out.res, jv.out.err
 	}
 	n.offerGrace(&jv)
+	if err := n.goFlight(&jv, func(j *job) { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }); err != nil {
+		return Result{}, err
+	}
+	return n.wait(ctx, key, f, false)
+}
+
+// goFlight moves the job jv to the heap and runs fn with it on a goroutine
+// of the Cache's; if the Cache is closed it ends the job's flight with
+// ErrClosed instead, and returns that.
+func (n *Namespace) goFlight(jv *job, fn func(*job)) error {
 	j := new(job)
-	*j = jv
-	if !n.c.goOwned(func() { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }) {
+	*j = *jv
+	if !n.c.goOwned(func() { fn(j) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
-		return Result{}, ErrClosed
+		return ErrClosed
 	}
-	return n.wait(ctx, f, false)
+	return nil
 }
 
 // GetMany reads many keys at once. It returns one Result and one error per
@@ -244,7 +265,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 		if !ok {
 			continue
 		}
-		res, err := n.wait(ctx, w.f, w.collapsed)
+		res, err := n.wait(ctx, key, w.f, w.collapsed)
 		results[i] = res
 		setErr(i, err)
 	}
@@ -280,9 +301,11 @@ func (n *Namespace) loadAndFinish(ctx context.Context, js []*job, src source) {
 
 // wait waits for the flight's answer, or for ctx, or, when the reader may
 // be served a stale value and the load is slow, for its grace
-// (Policy.SlowLoadGrace) to pass.
-func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result, error) {
-	var g graceWait
+// (Policy.SlowLoadGrace) to pass, or, when it may be served from memory
+// and the shared-tier read is slow, for the slow-read delay
+// (Policy.SlowReadGrace) to pass.
+func (n *Namespace) wait(ctx context.Context, key string, f *flight, collapsed bool) (Result, error) {
+	g := graceWait{key: key}
 	defer g.stop()
 	res, err, answered := n.await(ctx, f, f.firstReady(), &g)
 	out := outcome{res, err}
@@ -309,17 +332,27 @@ func (n *Namespace) wait(ctx context.Context, f *flight, collapsed bool) (Result
 	return out.res, out.err
 }
 
-// graceWait is one reader's bound on its wait for a slow load: its timer
-// starts when the reader first has to wait, so each reader of a flight
-// waits at most Policy.SlowLoadGrace from then, whenever it joined.
+// graceWait is one reader's bounds on its wait for a slow load and for a
+// slow shared-tier read: their timers start when the reader first has to
+// wait, so each reader of a flight waits at most Policy.SlowLoadGrace (or
+// the slow-read delay) from then, whenever it joined.
 type graceWait struct {
+	key     string
 	t       *time.Timer
 	expired bool
+	// memory bounds the wait for the shared tier while last-known-good
+	// holds a value the reader may be served; memoryOver is set once it
+	// passed, or once there was no such value.
+	memory     *time.Timer
+	memoryOver bool
 }
 
 func (g *graceWait) stop() {
 	if g.t != nil {
 		g.t.Stop()
+	}
+	if g.memory != nil {
+		g.memory.Stop()
 	}
 }
 
@@ -342,6 +375,21 @@ func (n *Namespace) await(ctx context.Context, f *flight, ready <-chan struct{},
 		}
 		bound = g.t.C
 	}
+	// Likewise the slow-read timer, only while the flight's shared read
+	// runs and last-known-good holds a value this reader may be served.
+	var memory <-chan time.Time
+	if !g.memoryOver && !f.readOver.Load() && n.slowReadOn() {
+		if g.memory == nil {
+			if n.fromMemory(g.key, n.exactNow()) == nil {
+				g.memoryOver = true
+			} else {
+				g.memory = time.NewTimer(n.slowReadDelay())
+			}
+		}
+		if g.memory != nil {
+			memory = g.memory.C
+		}
+	}
 	for {
 		// Past the grace: the flight's stale value, if it may be served,
 		// as soon as the flight has said what it is.
@@ -362,6 +410,14 @@ func (n *Namespace) await(ctx context.Context, f *flight, ready <-chan struct{},
 			return Result{}, ctx.Err(), true
 		case <-bound:
 			g.expired, bound = true, nil
+		case <-memory:
+			g.memoryOver, memory = true, nil
+			if !f.readOver.Load() {
+				now := n.exactNow()
+				if m := n.fromMemory(g.key, now); m != nil {
+					return n.servedFromMemory(m, now), nil, true
+				}
+			}
 		case <-offer:
 		}
 	}

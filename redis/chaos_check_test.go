@@ -210,7 +210,7 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 		c.late(vPastSoft, r, r.soft, "soft")
 	case holdfast.SourceStale:
 		c.late(vPastHard, r, r.hard, "hard")
-	case holdfast.SourceStaleOnError, holdfast.SourceStaleOnSlowLoad:
+	case holdfast.SourceStaleOnError, holdfast.SourceStaleOnSlowLoad, holdfast.SourceMemoryOnSlowRead:
 		c.late(vPastStaleIfError, r, r.hard+int64(b.sie), "hard + stale-if-error")
 	}
 	if cv.superseded == 0 {

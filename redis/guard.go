@@ -24,6 +24,12 @@ const suspectFor = 10 * time.Second
 // begin checks that a call may go to Redis: the tier is open, the caller has
 // not given up already, and the breaker allows it. It returns the breaker
 // generation the call must report to with end.
+//
+// A half-open breaker's probe is never a caller's call: a caller's read
+// would wait up to the read budget on a server that may still be frozen.
+// The probe is a PING on the tier's own goroutine instead, and the caller
+// is bypassed as while the breaker was open (the Cache answers it from
+// last-known-good, or loads).
 func (t *Tier) begin(ctx context.Context) (uint64, error) {
 	if t.closed.Load() {
 		return 0, errClosed
@@ -32,11 +38,35 @@ func (t *Tier) begin(ctx context.Context) (uint64, error) {
 		// Nothing was sent, so nothing is reported to the breaker.
 		return 0, err
 	}
-	gen, ok := t.br.Allow()
+	gen, probe, ok := t.br.AllowCall()
 	if !ok {
 		return 0, tier.ErrBypassed
 	}
+	if probe {
+		t.probe(gen)
+		return 0, tier.ErrBypassed
+	}
 	return gen, nil
+}
+
+// probe sends a half-open breaker's probe, a PING bounded by the read
+// budget, on a goroutine of the Tier's (Close waits for it), and reports
+// its outcome in generation gen.
+func (t *Tier) probe(gen uint64) {
+	t.mu.RLock()
+	if t.closed.Load() {
+		t.mu.RUnlock()
+		t.br.Done(gen, breaker.Ignore)
+		return
+	}
+	t.wg.Add(1)
+	t.mu.RUnlock()
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), t.opts.ReadBudget)
+		defer cancel()
+		t.end(ctx, gen, t.client.Do(ctx, t.client.B().Ping().Build()).Error())
+	}()
 }
 
 // end reports the outcome of a call to the breaker. err is the first error

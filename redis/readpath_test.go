@@ -447,7 +447,7 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 	// Later reads, with Redis still down: no second load.
 	for i := 0; i < 20; i++ {
 		res := rp.get(t, key, l, redis.DefaultReadBudget+slack)
-		if res.Source != holdfast.SourceHot && res.Source != holdfast.SourceLastKnownGood {
+		if res.Source != holdfast.SourceHot && res.Source != holdfast.SourceLastKnownGood && res.Source != holdfast.SourceMemoryOnSlowRead {
 			t.Fatalf("later read from %v", res.Source)
 		}
 	}
@@ -458,7 +458,8 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 }
 
 // TestReadPathRecoveryClosesBreaker: with Redis frozen, reads open the
-// breaker and are served from last-known-good (bypassed, not waiting);
+// breaker and are served from memory (not waiting past the slow-read
+// delay), then from last-known-good (bypassed);
 // after Thaw, half-open probes close the breaker and reads are shared-tier
 // hits again, with no load.
 func TestReadPathRecoveryClosesBreaker(t *testing.T) {
@@ -482,7 +483,9 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("breaker not open: %+v", rp.tier.Stats())
 		}
-		if res := rp.get(t, keys[i%len(keys)], l, redis.DefaultReadBudget+slack); res.Source != holdfast.SourceLastKnownGood {
+		// From memory once a read outlasts the slow-read delay, from
+		// last-known-good once the breaker bypasses Redis.
+		if res := rp.get(t, keys[i%len(keys)], l, redis.DefaultReadBudget+slack); res.Source != holdfast.SourceLastKnownGood && res.Source != holdfast.SourceMemoryOnSlowRead {
 			t.Fatalf("frozen: from %v", res.Source)
 		}
 	}

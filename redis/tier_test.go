@@ -485,16 +485,24 @@ func TestBreakerUsesClock(t *testing.T) {
 		t.Fatalf("open breaker: %v", err)
 	}
 	advance(breaker.DefaultOpenTimeout)
-	// Half-open: a probe reaches the dead server, fails, and reopens the
-	// breaker with twice the interval.
-	if _, _, err := tr.Get(context.Background(), "ns:k"); err == nil || errors.Is(err, tier.ErrBypassed) {
-		t.Fatalf("probe: %v, want a failure", err)
+	// Half-open: the read that lets the probe through is bypassed, and the
+	// probe, a PING on the tier's own goroutine, reaches the dead server,
+	// fails, and reopens the breaker with twice the interval.
+	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, tier.ErrBypassed) {
+		t.Fatalf("probe's read: %v, want bypassed", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for tr.Stats().BreakerOpens != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the probe did not reopen the breaker: %+v", tr.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	advance(breaker.DefaultOpenTimeout)
 	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("backed-off breaker: %v", err)
 	}
-	if st := tr.Stats(); st.BreakerOpens != 2 || st.BreakerState != BreakerOpen || st.Bypassed != 2 {
+	if st := tr.Stats(); st.BreakerOpens != 2 || st.BreakerState != BreakerOpen || st.Bypassed != 3 {
 		t.Fatalf("stats = %+v", st)
 	}
 }

@@ -23,6 +23,7 @@ const cacheName = "holdfast"
 //	soft..hard      holdfast; hit; fwd=stale; detail=stale-while-revalidate
 //	past hard       holdfast; hit; detail=stale-if-error
 //	past hard, slow holdfast; hit; detail=stale-on-slow-load (the load outlasted SlowLoadGrace)
+//	Redis slow      holdfast; hit; detail=memory-on-slow-read (last-known-good; Redis outlasted the slow-read delay)
 //
 // collapsed is added when the read waited for another read's fetch, and ttl
 // is the remaining freshness in seconds (negative once stale), as RFC 9211
@@ -44,6 +45,10 @@ func appendCacheStatus(b []byte, res holdfast.Result, now time.Time, key string)
 		// Served stale while the database is slow, as stale-if-error is
 		// while it fails; the detail tells the two apart.
 		b = append(b, "; hit; detail=stale-on-slow-load"...)
+	case holdfast.SourceMemoryOnSlowRead:
+		// Served from this process's memory while Redis is slow, as
+		// last-known-good is while it fails.
+		b = append(b, "; hit; detail=memory-on-slow-read"...)
 	default: // SourceLoaded, SourceJoined (a miss another read loaded)
 		b = append(b, "; fwd=miss; stored"...)
 	}

@@ -318,6 +318,23 @@ func (b *Breaker) Allow() (gen uint64, ok bool) {
 	return gen, ok
 }
 
+// AllowCall is Allow that also reports whether the call is a half-open
+// probe, one of the few whose outcomes decide whether the breaker closes,
+// so that the caller can make the probe without holding a reader on a
+// dependency that may still be down.
+func (b *Breaker) AllowCall() (gen uint64, probe, ok bool) {
+	if snap := b.snap.Load(); State(snap&3) == Closed {
+		return snap >> 2, false, true // see Allow
+	}
+	now := b.now()
+	b.mu.Lock()
+	gen, ok = b.core.allow(now)
+	probe = ok && b.core.state == HalfOpen
+	b.publish()
+	b.mu.Unlock()
+	return gen, probe, ok
+}
+
 // publish copies core's generation and state to snap; b.mu is held.
 func (b *Breaker) publish() {
 	b.snap.Store(b.core.generation<<2 | uint64(b.core.state))
