@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 )
@@ -89,7 +90,11 @@ type Scenario struct {
 	// the lab's own (see InOwnNetwork); the lab command re-executes itself
 	// in one for it.
 	OwnNetwork bool
-	Plan       func(o Options) Plan
+	// OnlyModes, when set, names the modes the scenario runs; the others
+	// would repeat another scenario's run (hot-key-smear's naive mode is
+	// hot-key's: the same schedule against the same client).
+	OnlyModes []string
+	Plan      func(o Options) Plan
 }
 
 // Plan is a scenario fixed for one run.
@@ -149,6 +154,9 @@ func Run(ctx context.Context, s Scenario, o Options, modes []Mode) (*Report, err
 	}
 	o.scenario = s.Name
 	for _, m := range modes {
+		if len(s.OnlyModes) > 0 && !slices.Contains(s.OnlyModes, m.Name) {
+			continue
+		}
 		o.logf("%s: mode %s", s.Name, m.Name)
 		load0 := loadAvg1()
 		res, err := p.RunMode(ctx, o, m)

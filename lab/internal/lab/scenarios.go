@@ -37,7 +37,7 @@ func init() {
 	Register(Scenario{Name: "db-down", Summary: "Every load fails for the middle third.", Plan: dbFault("down")})
 	Register(Scenario{Name: "stampede", Summary: "16 goroutines on one empty key with a 200 ms loader, 5 times (Spring's cache with its default Redis writer loaded 16 times); 1,000 goroutines once; 16 with Redis down.", Plan: stampede})
 	Register(Scenario{Name: "hot-key", Summary: "A spike on a 3+3 Cluster: 2,000 req/s for 20 s, 80% on one key, the rest uniform over 10,000 keys: hot_tier_share, node_ops_max_over_mean.", Plan: hotSpike(false)})
-	Register(Scenario{Name: "hot-key-smear", Summary: "The hot-key spike with holdfast's hot tier off: node_ops_max_over_mean from smearing alone.", Plan: hotSpike(true)})
+	Register(Scenario{Name: "hot-key-smear", Summary: "The hot-key spike with holdfast's hot tier off: node_ops_max_over_mean from smearing alone (naive: see hot-key, the same run).", OnlyModes: []string{"holdfast"}, Plan: hotSpike(true)})
 	Register(Scenario{Name: "hot-zipf", Summary: "2,000 req/s over 100,000 keys with Zipf (s = 1.1) popularity on a 3+3 Cluster: hot_tier_share, hot_tier_key_share.", Plan: hotZipf})
 	Register(Scenario{Name: "hit-during-load", Summary: "Hits on warm keys while 1 s loads of other keys run (Spring's locking Redis writer takes one lock per cache name).", Plan: hitDuringLoad})
 	Register(Scenario{Name: "stale-set-race", Summary: "Writes (update + invalidate) racing loads: a late SET must not put an old version back (violations).", Plan: staleSetRace})

@@ -85,6 +85,13 @@ func TestSmokeAllScenarios(t *testing.T) {
 			if len(rep.Missing) > 0 {
 				t.Fatalf("modes missing: %v", rep.Missing)
 			}
+			want := len(Modes)
+			if len(s.OnlyModes) > 0 {
+				want = len(s.OnlyModes)
+			}
+			if len(rep.Modes) != want {
+				t.Errorf("%d modes ran, want %d", len(rep.Modes), want)
+			}
 			for _, m := range rep.Modes {
 				if m.Requests == 0 {
 					t.Errorf("%s: no request", m.Mode)
