@@ -382,9 +382,12 @@ func TestClusterPrimaryFrozen(t *testing.T) {
 	if fst.Ejections == 0 || ejectAfter > time.Second || ejectAfter < 0 {
 		t.Fatalf("first ejection %v after the freeze (ejections %d), want <= 1 s", ejectAfter, fst.Ejections)
 	}
-	// Wide margin for a shared CI box and the race detector: 3x, or within
-	// 5 ms when the baseline is tiny.
-	if ratio > 3 && fp-bp > 5*time.Millisecond {
+	// What this guards against is healthy keys waiting on the frozen
+	// node, which costs them the read budget (50 ms). Wide margins for a
+	// shared CI box and the race detector: 3×, or within half the budget
+	// of the baseline (the p99s of a few hundred reads each, taken seconds
+	// apart, differed by 13 ms with nothing wrong on a busy machine).
+	if ratio > 3 && fp-bp > DefaultReadBudget/2 {
 		t.Fatalf("healthy-key p99 %v during the freeze vs %v baseline", fp, bp)
 	}
 	if p := p99(frozenAll); p > DefaultReadBudget+margin {
