@@ -236,6 +236,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 	res, rerr := n.served(&m, SourceLoaded)
 	out = outcome{res, rerr}
 	if !f.beginStore() {
+		n.keepAsFallback(f, key, &m)
 		f.endStore()
 		n.ctr.inc(evDroppedStaleSet)
 		f.publish(res, rerr)

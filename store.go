@@ -47,6 +47,7 @@ func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negat
 // tiers, unless the key was invalidated after the flight began.
 func (n *Namespace) storeLocal(f *flight, key string, m *meta, now int64) {
 	if !f.beginStore() {
+		n.keepAsFallback(f, key, m)
 		f.endStore()
 		n.ctr.inc(evDroppedStaleSet)
 		return
@@ -83,6 +84,27 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 			n.lkg.Set(key, *m, held, n.staleUntil(m))
 		}
 	}
+}
+
+// keepAsFallback keeps the value of a flight that only other processes'
+// invalidations overtook (f.fallbackOnly; f.storeMu is held) in
+// last-known-good, demoted: never served as current, but a failed load
+// within its stale-if-error window gets it, as it gets a copy such an
+// invalidation found there. Its readers were served it, and it may well be
+// the value the invalidation announced (a load that read the source after
+// the write): dropping it turned a database failure into errors for a key
+// this process had just loaded. A newer copy there is kept.
+func (n *Namespace) keepAsFallback(f *flight, key string, m *meta) {
+	if !f.fallbackOnly || n.lkg == nil || m.negative {
+		return
+	}
+	now := n.exactNow()
+	if old := n.lkg.Get(key, now); old != nil && old.origin >= m.origin {
+		return
+	}
+	d := *m
+	d.demoted = true
+	n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d))
 }
 
 // admitHot reports whether key may enter the hot tier now.

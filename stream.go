@@ -164,8 +164,9 @@ func (n *Namespace) invalidatedElsewhere(key string, at int64) {
 	// announcement was heard.
 	at = min(at, now)
 	n.recent.add(key, at, n.supersedeWindow())
-	// A flight under way may have read the old value: it must not store it.
-	n.flights.invalidate(key)
+	// A flight under way may have read the old value: it must not store it
+	// as current (it may keep it as a fallback, as below).
+	n.flights.invalidateElsewhere(key)
 	applied := false
 	if n.hot != nil && n.hot.Get(key, now) != nil {
 		n.hot.Delete(key)

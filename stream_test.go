@@ -289,3 +289,57 @@ func mustGetNoSettle(t *testing.T, ns *holdfast.Namespace, key string, l holdfas
 	}
 	return res
 }
+
+// A load that another process's invalidation overtakes is not stored as
+// current (it may have read the value the invalidation replaced), but its
+// readers were served it: like a copy the invalidation finds in
+// last-known-good, it stays there as a fallback for a failed load, within
+// its stale-if-error window, and a later read whose load fails gets it
+// rather than the error.
+func TestOvertakenLoadStaysAFallback(t *testing.T) {
+	shared := inmem.New(nil)
+	src := &source{}
+	want := src.update("p1")
+	a := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
+	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
+
+	read, release := make(chan struct{}), make(chan struct{})
+	gated := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		v, err := src.Load(ctx, key)
+		close(read)
+		<-release
+		return v, err
+	})
+	done := make(chan holdfast.Result, 1)
+	go func() {
+		res, err := b.Get(context.Background(), "p1", gated)
+		if err != nil {
+			t.Errorf("b's first read: %v", err)
+		}
+		done <- res
+	}()
+	<-read
+	// The update was made before b's load read the source: its value is
+	// current, but b cannot tell.
+	if err := a.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to hear the invalidation", func() bool { return b.Stats().InvalidationsHeard == 1 })
+	close(release)
+	if res := <-done; string(res.Value) != want {
+		t.Fatalf("b's first read %q, want %q", res.Value, want)
+	}
+	settle(t, b, "p1")
+	if n := b.Stats().DroppedStaleSets; n != 1 {
+		t.Fatalf("DroppedStaleSets %d, want 1: the load was not overtaken", n)
+	}
+
+	src.fail(errors.New("database down"))
+	res, err := b.Get(context.Background(), "p1", src)
+	if err != nil {
+		t.Fatalf("read with the database down: %v, want the value b was served, from last-known-good", err)
+	}
+	if string(res.Value) != want || !res.Stale() {
+		t.Fatalf("read with the database down: %q from %v (stale %v), want %q, stale", res.Value, res.Source, res.Stale(), want)
+	}
+}
