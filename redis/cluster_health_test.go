@@ -121,8 +121,10 @@ func TestClusterUniformReads(t *testing.T) {
 	cl := redistest.Cluster(t)
 	ctx := ctxT(t, 60*time.Second)
 	goroutines := runtime.NumGoroutine()
+	// The 3,000 writes that set the test up are one batch: a second, not
+	// the default 100 ms, so that a busy machine does not fail the setup.
 	tr := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "u:", ReadBudget: 200 * time.Millisecond,
-		Cluster: ClusterOptions{PrimaryAfterWrite: -1}})
+		WriteTimeout: 2 * time.Second, Cluster: ClusterOptions{PrimaryAfterWrite: -1}})
 
 	const keys = 3000
 	items := make([]tier.Item, keys)
