@@ -62,7 +62,7 @@ func StartFleet(ctx context.Context, shards int, nodeTimeout time.Duration) (_ *
 	if err := c.meetAll(buses); err != nil {
 		return nil, err
 	}
-	if err := c.waitKnown(ctx, len(c.Nodes), 60*time.Second); err != nil {
+	if err := c.waitKnown(ctx, buses, 60*time.Second); err != nil {
 		return nil, err
 	}
 	for i := range shards {
@@ -170,6 +170,18 @@ func slotRanges(n int) [][2]int {
 	return out
 }
 
+// meetFrom has the node at addr meet every other node; errors are left to
+// waitKnown's next look.
+func (c *Cluster) meetFrom(addr string, buses []int) {
+	for j, m := range c.Nodes {
+		if m.Addr() == addr {
+			continue
+		}
+		host, port, _ := net.SplitHostPort(m.Addr())
+		_, _ = Command(addr, time.Second, "CLUSTER", "MEET", host, port, strconv.Itoa(buses[j]))
+	}
+}
+
 // meetAll has every node meet every node after it, 8 nodes at a time.
 func (c *Cluster) meetAll(buses []int) error {
 	errs := make([]error, len(c.Nodes))
@@ -193,11 +205,15 @@ func (c *Cluster) meetAll(buses []int) error {
 	return errors.Join(errs...)
 }
 
-// waitKnown waits, at most limit, until every node knows n nodes and who
-// serves every slot.
-func (c *Cluster) waitKnown(ctx context.Context, n int, limit time.Duration) error {
+// waitKnown waits, at most limit, until every node knows every node and
+// who serves every slot. A node still short of some every few seconds
+// meets them all again: a handshake that times out on a busy machine is
+// dropped, and gossip left one node a peer short for a whole minute in a
+// test run beside others.
+func (c *Cluster) waitKnown(ctx context.Context, buses []int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	want := strconv.Itoa(n)
+	want := strconv.Itoa(len(c.Nodes))
+	remeet := time.Now().Add(3 * time.Second)
 	for {
 		behind, known := "", ""
 		for _, node := range c.Nodes {
@@ -219,7 +235,11 @@ func (c *Cluster) waitKnown(ctx context.Context, n int, limit time.Duration) err
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s does not know all %d nodes within %v (cluster_known_nodes: %s)", behind, n, limit, known)
+			return fmt.Errorf("%s does not know all %d nodes within %v (cluster_known_nodes: %s)", behind, len(c.Nodes), limit, known)
+		}
+		if time.Now().After(remeet) {
+			remeet = time.Now().Add(3 * time.Second)
+			c.meetFrom(behind, buses)
 		}
 		select {
 		case <-ctx.Done():
