@@ -7,7 +7,7 @@
 #
 #   ./scripts/test.sh
 #
-# Whole run: about 5 to 10 minutes on 2 cores. Long runs (lab suites, fuzzing
+# Whole run: about 12 minutes on 2 cores. Long runs (lab suites, fuzzing
 # for longer, full benchmarks) are separate commands in the README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
