@@ -399,7 +399,11 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
+	// The tier fails at once here. Once it has failed, reads go to it on a
+	// goroutine of the Cache's, and a 2 ms slow-read delay (the default)
+	// can pass before that goroutine runs on a loaded machine, which would
+	// answer from memory as a slow read: the same value, another Source.
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}, SlowReadGrace: time.Second})
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l)
 	settle(t, ns, "p1")
