@@ -113,7 +113,11 @@ type Policy struct {
 	// longer than a couple of such loads (off when LoadTimeout is 15 ms or
 	// less: the timeout bounds the wait then). Must be shorter than
 	// LoadTimeout; a negative value turns it off (readers wait for the
-	// load, up to LoadTimeout).
+	// load, up to LoadTimeout). While the shared tier is failing (an error
+	// or a bypass within the last second) the wait is no longer than the
+	// slow-read delay (SlowReadGrace, unless that is off): every process's
+	// reads then reach the source at once, and a value in hand answers as
+	// it would a slow shared read.
 	SlowLoadGrace time.Duration
 
 	// SlowReadGrace is the least a reader waits for the shared tier when
@@ -135,6 +139,10 @@ type Policy struct {
 	// within the last second), since a goroutine per read would cost a
 	// healthy tier's throughput: the few reads sent to a tier that froze
 	// while it looked healthy wait for it, though their joiners do not.
+	// A read with no such value skips the tier and loads once the tier has
+	// answered none of the reads waiting on it for four slow-read delays
+	// (counted in SharedBypassed): otherwise each such read would wait the
+	// read budget until the tier's breaker opens.
 	// Default 2 ms: several round trips of a Redis on the same network,
 	// so no answer comes from memory while the tier answers as usual
 	// (measured in the lab's no-fault runs). A negative value turns it

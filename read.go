@@ -371,7 +371,7 @@ func (n *Namespace) await(ctx context.Context, f *flight, ready <-chan struct{},
 	var bound <-chan time.Time
 	if grace && !g.expired && f.mayGrace() {
 		if g.t == nil {
-			g.t = time.NewTimer(n.p.SlowLoadGrace)
+			g.t = time.NewTimer(n.slowLoadGrace())
 		}
 		bound = g.t.C
 	}
@@ -437,6 +437,20 @@ func (n *Namespace) offerGrace(j *job) {
 		m = nil
 	}
 	j.f.offerGrace(m)
+}
+
+// slowLoadGrace is how long a reader that may be served a stale value waits
+// for its load: Policy.SlowLoadGrace, or, while the shared tier is failing
+// and answering from memory is on, no longer than the slow-read delay. With
+// the shared tier down every process's reads reach the source at once, and
+// a value stale-if-error would serve answers the reader after the delay
+// that would have answered a slow shared read: the outage then costs a
+// reader whose value passed its hard time a few milliseconds, not a load.
+func (n *Namespace) slowLoadGrace() time.Duration {
+	if n.slowReadOn() && n.c.shared.failing(n.exactNow()) {
+		return min(n.p.SlowLoadGrace, n.slowReadDelay())
+	}
+	return n.p.SlowLoadGrace
 }
 
 // graceStale answers a reader whose grace passed with m, the flight's

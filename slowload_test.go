@@ -2,6 +2,7 @@ package holdfast_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -115,6 +116,30 @@ func TestSlowLoadServesStaleAfterGrace(t *testing.T) {
 	}
 	if slow.calls.Load() != 2 {
 		t.Fatalf("%d loads, want 1", slow.calls.Load()-1)
+	}
+}
+
+// While the shared tier is failing, a reader holding a value stale-if-error
+// would serve waits for a slow load no longer than the slow-read delay,
+// however long SlowLoadGrace is; while it is healthy, SlowLoadGrace holds.
+func TestSlowLoadGraceShortWhileSharedTierFails(t *testing.T) {
+	ns, shared, _ := slowLoadNS(t, holdfast.Policy{SlowLoadGrace: 2 * time.Second, LoadTimeout: 10 * time.Second, SlowReadGrace: testGrace})
+	slow := &countingLoader{gate: make(chan struct{})}
+	t.Cleanup(func() { close(slow.gate) })
+
+	healthy := getAsync(t, ns, "j", slow)
+	stillWaiting(t, healthy, "reader of a past-hard value, the shared tier healthy")
+
+	shared.Fail(errors.New("down"))
+	a := within(t, getAsync(t, ns, "k", slow), "reader of a past-hard value, the shared tier failing")
+	if a.err != nil || string(a.res.Value) != "v1:k" || a.res.Source != holdfast.SourceStaleOnSlowLoad || !a.res.Stale() {
+		t.Fatalf("got %q from %v (%v); want v1:k, stale-on-slow-load", a.res.Value, a.res.Source, a.err)
+	}
+	if a.waited < testGrace || a.waited >= time.Second {
+		t.Fatalf("answered after %v; want the slow-read delay (%v), far short of SlowLoadGrace", a.waited, testGrace)
+	}
+	if !ns.Loading("k") {
+		t.Fatal("the load ended with its reader's wait")
 	}
 }
 
