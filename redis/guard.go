@@ -71,10 +71,20 @@ func (t *Tier) probe(gen uint64) {
 
 // end reports the outcome of a call to the breaker. err is the first error
 // from Redis (nil for success, a miss included); ctx is the caller's context.
+//
+// A call that timed out when Redis has answered no call for a whole read
+// budget is Silent, and opens the breaker at once: the server is frozen or
+// cut off, not slow, and each of the breaker's other consecutive failures
+// would be one more reader waiting the whole budget. In a Cluster with one
+// node frozen the others keep answering, so the tier's breaker stays closed
+// and per-node ejection deals with that node.
 func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 	o := outcome(ctx, err)
 	if o == breaker.Failure {
 		t.markSuspect(err)
+		if isTimeout(err) && time.Duration(t.opts.Clock.Now().UnixNano()-t.lastAnswer.Load()) >= t.opts.ReadBudget {
+			o = breaker.Silent
+		}
 	}
 	t.settle(gen, o)
 }
@@ -83,8 +93,14 @@ func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 // failure ends the suspicion.
 func (t *Tier) settle(gen uint64, o breaker.Outcome) {
 	t.br.Done(gen, o)
-	if o == breaker.Success && t.suspect.Load() &&
-		time.Duration(t.opts.Clock.Now().UnixNano()-t.lastBad.Load()) > suspectFor {
+	if o != breaker.Success {
+		return
+	}
+	now := t.opts.Clock.Now().UnixNano()
+	if t.lastAnswer.Load() < now {
+		t.lastAnswer.Store(now) // a lost update between racing calls is harmless
+	}
+	if t.suspect.Load() && time.Duration(now-t.lastBad.Load()) > suspectFor {
 		t.suspect.Store(false)
 	}
 }

@@ -33,6 +33,10 @@ type Tier struct {
 	// See guarded.
 	suspect atomic.Bool
 	lastBad atomic.Int64
+	// lastAnswer is when Redis last answered a call (Clock's unix
+	// nanoseconds; the Tier's start until the first): a call that times
+	// out with no answer since a read budget before is Silent (see end).
+	lastAnswer atomic.Int64
 
 	// filling holds the copy keys being filled now (smear.go).
 	filling sync.Map
@@ -111,6 +115,7 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 		flog:     flog,
 		streamID: newStreamID(),
 	}
+	t.lastAnswer.Store(o.Clock.Now().UnixNano())
 	if t.cluster && !o.Cluster.Disabled {
 		if t.nodes, err = newNodeSet(t); err != nil {
 			client.Close()

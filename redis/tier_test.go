@@ -507,6 +507,36 @@ func TestBreakerUsesClock(t *testing.T) {
 	}
 }
 
+// TestFrozenServerOpensBreakerAtOnce: the first read that times out on a
+// frozen server, with no call answered for its whole budget, opens the
+// breaker (SilentFailures 1), so the next reader is bypassed at once
+// instead of waiting a budget of its own; ConsecutiveFailures would have
+// held four more.
+func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
+	srv := redistest.Standalone(t)
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
+	for i := 0; i < 100; i++ { // open every pooled connection first
+		if _, _, err := tr.Get(context.Background(), "ns:k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first read of the frozen server: %v, want a timeout", err)
+	}
+	start := time.Now()
+	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, tier.ErrBypassed) {
+		t.Fatalf("second read: %v, want bypassed", err)
+	}
+	if d := time.Since(start); d > margin {
+		t.Fatalf("bypassed read took %v", d)
+	}
+	if st := tr.Stats(); st.BreakerOpens != 1 || st.Timeouts != 1 || st.BreakerState != BreakerOpen {
+		t.Fatalf("stats = %+v, want the breaker opened by the one timeout", st)
+	}
+}
+
 // TestFrozenBudgetWithoutBreaker: with the breaker kept closed, every read
 // reaches the frozen server for 2.5 s, across rueidis closing the silent
 // connections (PingTimeout) and redialling a server that accepts and never
@@ -514,7 +544,7 @@ func TestBreakerUsesClock(t *testing.T) {
 // bound every read, and WriteTimeout every write.
 func TestFrozenBudgetWithoutBreaker(t *testing.T) {
 	srv := redistest.Standalone(t)
-	never := BreakerOptions{ConsecutiveFailures: 1 << 30, MinRequests: 1 << 30}
+	never := BreakerOptions{ConsecutiveFailures: 1 << 30, SilentFailures: 1 << 30, MinRequests: 1 << 30}
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Breaker: never})
 	for i := 0; i < 100; i++ { // open every pooled connection first
 		_, _, _ = tr.Get(context.Background(), "ns:k")

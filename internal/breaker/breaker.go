@@ -63,6 +63,14 @@ const (
 	// caller cancelled it. A half-open probe reporting Ignore frees its
 	// probe slot without deciding anything.
 	Ignore
+	// Silent: a Failure during which the dependency answered no call at
+	// all, for as long as this call waited (a frozen server, a cut
+	// network). While closed it opens the breaker at once, rather than
+	// after ConsecutiveFailures: each of those would be another caller
+	// waiting its whole timeout on a dependency already known to answer
+	// nothing (SilentFailures sets how many in a row). Elsewhere it is a
+	// Failure.
+	Silent
 )
 
 // Settings configures a breaker. The zero value means the defaults.
@@ -70,6 +78,9 @@ type Settings struct {
 	// ConsecutiveFailures opens the breaker after this many failures in a
 	// row while closed. Default 5.
 	ConsecutiveFailures int
+	// SilentFailures opens the breaker after this many Silent failures in
+	// a row while closed (they count as failures too). Default 1.
+	SilentFailures int
 	// FailureRate opens the breaker when at least this share of the calls
 	// in Window failed, once Window holds at least MinRequests calls. Default
 	// 0.5.
@@ -94,6 +105,7 @@ type Settings struct {
 // Defaults of Settings.
 const (
 	DefaultConsecutiveFailures = 5
+	DefaultSilentFailures      = 1
 	DefaultFailureRate         = 0.5
 	DefaultMinRequests         = 20
 	DefaultWindow              = 10 * time.Second
@@ -106,7 +118,7 @@ const buckets = 10
 
 // withDefaults validates s and fills in the defaults.
 func (s Settings) withDefaults() (Settings, error) {
-	if s.ConsecutiveFailures < 0 || s.MinRequests < 0 || s.Probes < 0 ||
+	if s.ConsecutiveFailures < 0 || s.SilentFailures < 0 || s.MinRequests < 0 || s.Probes < 0 ||
 		s.Window < 0 || s.OpenTimeout < 0 || s.MaxOpenTimeout < 0 {
 		return s, errors.New("breaker: negative setting")
 	}
@@ -115,6 +127,9 @@ func (s Settings) withDefaults() (Settings, error) {
 	}
 	if s.ConsecutiveFailures == 0 {
 		s.ConsecutiveFailures = DefaultConsecutiveFailures
+	}
+	if s.SilentFailures == 0 {
+		s.SilentFailures = DefaultSilentFailures
 	}
 	if s.FailureRate == 0 {
 		s.FailureRate = DefaultFailureRate
@@ -158,6 +173,7 @@ type core struct {
 	state       State
 	generation  uint64
 	consecutive int // failures in a row while closed
+	silent      int // Silent failures in a row while closed
 	window      [buckets]bucket
 	openUntil   time.Time
 	openFor     time.Duration // the current open interval, with backoff
@@ -202,12 +218,17 @@ func (c *core) done(gen uint64, o Outcome, now time.Time) {
 	case Closed:
 		switch o {
 		case Success:
-			c.consecutive = 0
+			c.consecutive, c.silent = 0, 0
 			c.record(now, false)
-		case Failure:
+		case Failure, Silent:
 			c.consecutive++
+			if o == Silent {
+				c.silent++
+			} else {
+				c.silent = 0 // the dependency answered, with an error
+			}
 			calls, failures := c.record(now, true)
-			if c.consecutive >= c.s.ConsecutiveFailures ||
+			if c.silent >= c.s.SilentFailures || c.consecutive >= c.s.ConsecutiveFailures ||
 				(calls >= c.s.MinRequests && float64(failures) >= c.s.FailureRate*float64(calls)) {
 				c.openFor = c.s.OpenTimeout
 				c.setState(Open, now)
@@ -224,7 +245,7 @@ func (c *core) done(gen uint64, o Outcome, now time.Time) {
 				c.openFor = c.s.OpenTimeout
 				c.setState(Closed, now)
 			}
-		case Failure:
+		case Failure, Silent:
 			c.openFor = min(2*c.openFor, c.s.MaxOpenTimeout)
 			c.setState(Open, now)
 		}
@@ -268,7 +289,7 @@ func (c *core) setState(s State, now time.Time) {
 	c.state = s
 	c.generation++
 	c.transitions++
-	c.consecutive = 0
+	c.consecutive, c.silent = 0, 0
 	c.probesOut, c.probesOK = 0, 0
 	c.window = [buckets]bucket{}
 	if s == Open {

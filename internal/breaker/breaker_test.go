@@ -58,6 +58,39 @@ func TestConsecutiveFailuresOpen(t *testing.T) {
 	}
 }
 
+// A Silent failure (the dependency answered nothing while the call waited)
+// opens a closed breaker at once; from half-open it reopens with backoff
+// like any failure.
+func TestSilentFailureOpensAtOnce(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	call(b, Success)
+	call(b, Failure)
+	wantState(t, b, Closed)
+	call(b, Silent)
+	wantState(t, b, Open)
+	c.add(DefaultOpenTimeout)
+	call(b, Silent) // the half-open probe
+	wantState(t, b, Open)
+	c.add(DefaultOpenTimeout)
+	if _, ok := b.Allow(); ok {
+		t.Fatal("reopened breaker let a call through after one OpenTimeout; want the doubled interval")
+	}
+	if got := b.Counts(); got.Opens != 2 {
+		t.Fatalf("counts = %+v, want 2 opens", got)
+	}
+
+	// SilentFailures raised: Silent failures open after that many in a
+	// row, and a failure the dependency answered breaks the run.
+	b = mustNew(t, Settings{SilentFailures: 2}, c)
+	call(b, Silent)
+	call(b, Failure)
+	call(b, Silent)
+	wantState(t, b, Closed)
+	call(b, Silent)
+	wantState(t, b, Open)
+}
+
 func TestFailureRateOpens(t *testing.T) {
 	c := newFake()
 	b := mustNew(t, Settings{}, c)
