@@ -73,7 +73,12 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	}
 	var m meta
 	j.status = tierNone
-	if n.c.opts.Shared != nil {
+	switch {
+	case n.c.opts.Shared == nil:
+	case n.passOver(j.key, now):
+		n.ctr.inc(evSharedBypassed)
+		j.status = tierDown
+	default:
 		n.c.shared.readBegins(now)
 		m, j.status = n.sharedReadTraced(ctx, j.key)
 		began := now

@@ -25,7 +25,7 @@ type Stats struct {
 	SharedHits        uint64 // reads answered by the shared tier (fresh or stale)
 	SharedMisses      uint64 // shared-tier reads that found nothing
 	SharedErrors      uint64 // shared-tier reads that failed or ran past the read budget
-	SharedBypassed    uint64 // shared-tier calls skipped by an open breaker (reads and writes)
+	SharedBypassed    uint64 // shared-tier calls skipped by an open breaker (reads and writes), or reads skipped because the tier answered nothing for a while (Policy.SlowReadGrace)
 	SharedSetErrors   uint64 // failed shared-tier writes (never a failed read)
 	SharedDelErrors   uint64 // failed shared-tier deletes
 	Corrupt           uint64 // stored bytes that failed to decode; read as misses

@@ -19,6 +19,10 @@ const (
 	// slow-read delay, when that is longer than Policy.SlowReadGrace: a
 	// read four times slower than usual is not jitter.
 	slowReadFactor = 4
+	// passOverFactor times the slow-read delay is how long the shared
+	// tier may answer nothing, with reads waiting on it, before a read
+	// with nothing in memory to serve skips it (see passOver).
+	passOverFactor = 4
 	// tierFailingFor is how long after its last error or bypass the
 	// shared tier counts as failing: while it does, a value past its hard
 	// time but within its stale-if-error window may answer a slow read.
@@ -70,10 +74,13 @@ func (h *sharedHealth) readEnds(began, now int64, ok bool) {
 // freeze is seen after at most delay, and the few reads sent before that
 // wait for the tier as before (a reader that joins one of them does not).
 func (h *sharedHealth) suspect(now int64, delay time.Duration) bool {
-	if h.failing(now) {
-		return true
-	}
-	return h.inflight.Load() > 0 && now-max(h.lastDone.Load(), h.busySince.Load()) > int64(delay)
+	return h.failing(now) || h.stalled(now, delay)
+}
+
+// stalled reports whether reads are waiting on the shared tier at now and
+// it has answered none of them for d.
+func (h *sharedHealth) stalled(now int64, d time.Duration) bool {
+	return h.inflight.Load() > 0 && now-max(h.lastDone.Load(), h.busySince.Load()) > int64(d)
 }
 
 // observeRead adds a successful read that took d nanoseconds.
@@ -109,6 +116,21 @@ func (n *Namespace) slowReadOn() bool {
 // it is shorter.
 func (n *Namespace) slowReadDelay() time.Duration {
 	return max(time.Duration(slowReadFactor*n.c.shared.latency.Load()), n.p.SlowReadGrace)
+}
+
+// passOver reports whether a read of key at now skips the shared tier: the
+// tier has answered none of the reads waiting on it for passOverFactor
+// times the slow-read delay (a freeze, a cut network), and this process
+// holds no value the read could be answered with from memory. Such a read
+// would otherwise wait the tier's whole read budget, as each read did
+// until the tier's breaker opened; it goes to the loader at once instead,
+// as if the breaker had bypassed it, while the reads already sent wait
+// their budget out and tell the breaker. A tier that answers, however
+// slowly, is read as before.
+func (n *Namespace) passOver(key string, now int64) bool {
+	return n.p.SlowReadGrace > 0 &&
+		n.c.shared.stalled(now, passOverFactor*n.slowReadDelay()) &&
+		(n.lkg == nil || n.fromMemory(key, now) == nil)
 }
 
 // fromMemory returns the last-known-good value of key that a slow shared

@@ -25,7 +25,9 @@ import (
 // called), and is thawed before the Cache closes; it leaves a read of the
 // key "stuck" waiting on the tier and moves the clock past the slow-read
 // delay, so that the Cache has seen the tier answer nothing for that long
-// (a tier that looks healthy is read on its reader's goroutine).
+// (a tier that looks healthy is read on its reader's goroutine), but not
+// past four of them, after which a read with nothing in memory skips the
+// tier (TestStalledSharedTierPassedOver).
 func slowReadNS(t *testing.T, p holdfast.Policy) (ns *holdfast.Namespace, shared *inmem.Tier, clk *fakeclock.Clock, stall func() (thaw func())) {
 	t.Helper()
 	clk = fakeclock.New(t0)
@@ -45,7 +47,7 @@ func slowReadNS(t *testing.T, p holdfast.Policy) (ns *holdfast.Namespace, shared
 		getAsync(t, ns, "stuck", &countingLoader{})
 		t.Cleanup(thaw) // before the wait for stuck's reader and the Cache's Close, registered earlier
 		eventually(t, "the read of stuck to begin", func() bool { return ns.Loading("stuck") })
-		clk.Advance(5 * testGrace)
+		clk.Advance(2 * testGrace)
 		return thaw
 	}
 	return ns, shared, clk, stall
@@ -135,6 +137,33 @@ func TestSlowSharedReadWithoutMemoryWaits(t *testing.T) {
 				t.Fatalf("memory on slow read %d, want 0", st.MemoryOnSlowRead)
 			}
 		})
+	}
+}
+
+// Once the shared tier has answered none of the reads waiting on it for
+// four slow-read delays, a read with nothing in memory to serve skips it and
+// loads, as if the breaker had bypassed it, instead of waiting the read
+// budget; a read with a value in memory still reads it in the background.
+func TestStalledSharedTierPassedOver(t *testing.T) {
+	ns, _, clk, stall := slowReadNS(t, holdfast.Policy{})
+	thaw := stall()
+	clk.Advance(3 * testGrace) // 5 delays since the stuck read began
+	loader := &countingLoader{}
+	ch := getAsync(t, ns, "cold", loader)
+	t.Cleanup(thaw) // before the wait for this reader, should it be waiting on the tier
+	a := within(t, ch, "reader of a key the frozen tier holds, nothing in memory")
+	if a.err != nil || a.res.Source != holdfast.SourceLoaded || string(a.res.Value) != "v1:cold" {
+		t.Fatalf("got %q from %v (%v); want the loader's v1:cold", a.res.Value, a.res.Source, a.err)
+	}
+	if st := ns.Stats(); st.SharedBypassed != 1 || loader.calls.Load() != 1 {
+		t.Fatalf("shared bypassed %d, loads %d; want 1, 1", st.SharedBypassed, loader.calls.Load())
+	}
+	a = within(t, getAsync(t, ns, "k", &countingLoader{}), "reader with a value in memory")
+	if a.err != nil || a.res.Source != holdfast.SourceMemoryOnSlowRead {
+		t.Fatalf("got %q from %v (%v); want memory-on-slow-read", a.res.Value, a.res.Source, a.err)
+	}
+	if st := ns.Stats(); st.SharedBypassed != 1 {
+		t.Fatalf("shared bypassed %d; want the read with a value in memory sent to the tier", st.SharedBypassed)
 	}
 }
 

@@ -60,7 +60,7 @@ var instruments = []instrument{
 	counter("shared.hits", "{read}", "SharedHits", "Shared-tier reads that found a value (fresh or stale)."),
 	counter("shared.misses", "{read}", "SharedMisses", "Shared-tier reads that found nothing (corrupt entries included)."),
 	counter("shared.errors", "{read}", "SharedErrors", "Shared-tier reads that failed or ran past the read budget."),
-	counter("shared.bypassed", "{call}", "SharedBypassed", "Shared-tier calls skipped by an open breaker."),
+	counter("shared.bypassed", "{call}", "SharedBypassed", "Shared-tier calls skipped by an open breaker, or reads skipped while the tier answered nothing."),
 	counter("shared.set_errors", "{write}", "SharedSetErrors", "Failed shared-tier writes (never a failed read)."),
 	counter("shared.delete_errors", "{delete}", "SharedDelErrors", "Failed shared-tier deletes."),
 	counter("corrupt_entries", "{entry}", "Corrupt", "Stored bytes that failed to decode, read as misses."),

@@ -84,7 +84,7 @@ var metrics = []metric{
 	counter("shared_hits_total", "Shared-tier reads that found a value (fresh or stale).", func(s holdfast.Stats) uint64 { return s.SharedHits }),
 	counter("shared_misses_total", "Shared-tier reads that found nothing (corrupt entries included).", func(s holdfast.Stats) uint64 { return s.SharedMisses }),
 	counter("shared_errors_total", "Shared-tier reads that failed or ran past the read budget.", func(s holdfast.Stats) uint64 { return s.SharedErrors }),
-	counter("shared_bypassed_total", "Shared-tier calls skipped because the tier's breaker was open.", func(s holdfast.Stats) uint64 { return s.SharedBypassed }),
+	counter("shared_bypassed_total", "Shared-tier calls skipped because the tier's breaker was open, or reads skipped while the tier answered nothing.", func(s holdfast.Stats) uint64 { return s.SharedBypassed }),
 	counter("shared_set_errors_total", "Failed shared-tier writes; they never fail a read.", func(s holdfast.Stats) uint64 { return s.SharedSetErrors }),
 	counter("shared_delete_errors_total", "Failed shared-tier deletes (invalidations).", func(s holdfast.Stats) uint64 { return s.SharedDelErrors }),
 	counter("corrupt_entries_total", "Stored bytes that failed to decode and were read as misses.", func(s holdfast.Stats) uint64 { return s.Corrupt }),
