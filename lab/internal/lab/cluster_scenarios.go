@@ -132,7 +132,7 @@ func waitNodesReady(f *Fixture, limit time.Duration) int {
 	}
 }
 
-// nodeFreeze: one primary SIGSTOPped for the middle third (10 s of 30 s)
+// nodeFreeze: one primary SIGSTOPped for the middle half (10 s of 20 s)
 // under 300 req/s over 3,000 keys. The cluster's own failure detection is
 // slowed (cluster-node-timeout 15 s) so that the node stays a grey primary
 // for the whole freeze instead of failing over: what the client does about
@@ -144,7 +144,7 @@ func waitNodesReady(f *Fixture, limit time.Duration) int {
 func nodeFreeze(o Options) Plan {
 	d := o.length(baseDuration)
 	keys := max(300, int(clusterKeys*keyScale(o)))
-	w := middleThird(d)
+	w := middleHalf(d)
 	p := clusterParams(d, w, keys)
 	p["fault"] = "SIGSTOP one primary at fault_start_s, SIGCONT at fault_end_s; cluster-node-timeout raised to 15 s so it does not fail over"
 	p["healthy_keys_baseline"] = "keys on the other primaries, requests scheduled in [0, fault_start_s)"
@@ -152,6 +152,7 @@ func nodeFreeze(o Options) Plan {
 		r := &freezeRun{stored: storedKey(m), w: w, firstEjection: -1, backAfter: -1,
 			base: NewRecorder(0, w[0]), during: NewRecorder(w[0], w[1])}
 		t := clusterTraffic(d, keys)
+		t.Window = w
 		t.Setup = func(f *Fixture) error { return r.setup(f, keys) }
 		t.Observe = r.observe
 		t.Faults = []Fault{
@@ -303,7 +304,7 @@ func (r *freezeRun) extra(f *Fixture, res *ModeResult) {
 }
 
 // replicaResync: a replica restarted with empty memory at the start of the
-// middle third, while its primary holds 200,000 keys (scaled down with the
+// middle half, while its primary holds 200,000 keys (scaled down with the
 // run), so that its full resync takes seconds (the primary's default
 // repl-diskless-sync-delay alone is 5 s). Until it has its data, a replica
 // answers every GET with a miss (replica-serve-stale-data). In production
@@ -332,7 +333,7 @@ func replicaResync(o Options) Plan {
 	ks := keyScale(o)
 	keys := max(300, int(clusterKeys*ks))
 	fill := max(2000, int(200000*ks))
-	w := middleThird(d)
+	w := middleHalf(d)
 	p := clusterParams(d, w, keys)
 	p["fill_keys"] = fill
 	p["fill_value_bytes"] = 100
@@ -344,6 +345,7 @@ func replicaResync(o Options) Plan {
 	run := func(ctx context.Context, o Options, m Mode) (ModeResult, error) {
 		r := &resyncRun{d: d, restartAt: w[0], clientReads: -1, readyAfter: -1, syncedAfter: -1}
 		t := clusterTraffic(d, keys)
+		t.Window = w
 		t.Reader.ReadReplicas = true
 		t.Setup = func(f *Fixture) error { return r.setup(f, keys, fill) }
 		t.Faults = []Fault{

@@ -14,11 +14,11 @@ import (
 // greyNode: one primary of the 3 + 3 Cluster goes grey, slow and lossy but
 // alive, then is cut off, under node-freeze's load (300 req/s over 3,000
 // warmed keys, hot tier off). Error-based ejection misses a grey node: it
-// answers, only late. The run is 50 s: 10 s healthy, 20 s of 30 ms ± 10 ms
+// answers, only late. The run is 40 s: 5 s healthy, 20 s of 30 ms ± 10 ms
 // delay each way and 2% loss, 10 s of partition (every packet to or from
 // the node dropped, its cluster bus too, as a real partition cuts it: the
 // Cluster fails the node over after cluster-node-timeout, 2 s, as it would
-// in production), 10 s healed.
+// in production), 5 s healed.
 //
 // Cutting the node's ports is not a partition: the node's own connections
 // to its peers' cluster buses go out from ephemeral ports, and a peer that
@@ -36,9 +36,9 @@ import (
 // through the proxy and is not shaped in the grey phase: the Cluster keeps
 // the node (a grey node is one its peers still vouch for).
 func greyNode(o Options) Plan {
-	d := o.length(50 * time.Second)
+	d := o.length(greyDuration)
 	ph := greyPhasesFor(d)
-	keys := max(300, int(clusterKeys*min(1, float64(d)/float64(50*time.Second))))
+	keys := max(300, int(clusterKeys*min(1, float64(d)/float64(greyDuration))))
 	w := [2]time.Duration{ph.grey, ph.heal}
 	p := clusterParams(d, w, keys)
 	p["fault"] = fmt.Sprintf("one primary (the first node started) grey from %gs: %v ± %v delay each way, %g%% loss; partitioned (100%% loss, cluster bus too) from %gs; healed at %gs",
@@ -89,19 +89,21 @@ const (
 	greyNodeIndex  = 0
 	greySourceAddr = "127.0.0.2"
 
+	greyDuration = 40 * time.Second
+
 	greyDelay  = 30 * time.Millisecond
 	greyJitter = 10 * time.Millisecond
 	greyLoss   = 0.02
 )
 
 // greyPhases are the offsets at which the node goes grey, is partitioned
-// and is healed: a fifth, three fifths and four fifths of the run (10, 30
-// and 40 s of 50).
+// and is healed: an eighth, five eighths and seven eighths of the run (5,
+// 25 and 35 s of 40).
 type greyPhases struct{ grey, partition, heal time.Duration }
 
 func greyPhasesFor(d time.Duration) greyPhases {
-	at := func(n int64) time.Duration { return (d * time.Duration(n) / 5).Round(time.Millisecond) }
-	return greyPhases{grey: at(1), partition: at(3), heal: at(4)}
+	at := func(n int64) time.Duration { return (d * time.Duration(n) / 8).Round(time.Millisecond) }
+	return greyPhases{grey: at(1), partition: at(5), heal: at(7)}
 }
 
 // greyRun is one mode's run of grey-node.

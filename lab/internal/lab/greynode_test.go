@@ -98,9 +98,9 @@ func TestGreyPhases(t *testing.T) {
 		d    time.Duration
 		want greyPhases
 	}{
-		{50 * time.Second, greyPhases{10 * time.Second, 30 * time.Second, 40 * time.Second}},
-		{10 * time.Second, greyPhases{2 * time.Second, 6 * time.Second, 8 * time.Second}},
-		{1500 * time.Millisecond, greyPhases{300 * time.Millisecond, 900 * time.Millisecond, 1200 * time.Millisecond}},
+		{greyDuration, greyPhases{5 * time.Second, 25 * time.Second, 35 * time.Second}},
+		{8 * time.Second, greyPhases{time.Second, 5 * time.Second, 7 * time.Second}},
+		{1500 * time.Millisecond, greyPhases{188 * time.Millisecond, 938 * time.Millisecond, 1313 * time.Millisecond}},
 	} {
 		if got := greyPhasesFor(c.d); got != c.want {
 			t.Errorf("%v: %+v, want %+v", c.d, got, c.want)

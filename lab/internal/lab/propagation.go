@@ -35,8 +35,8 @@ import (
 // invalidates the key (holdfast's Invalidate; the naive mode deletes it
 // from Redis). Every value carries the version it was loaded at (Source),
 // so every read says whether it was older than an update. The whole
-// Cluster is frozen (SIGSTOP, every node) for the middle sixth of the run:
-// 10 s of 60.
+// Cluster is frozen (SIGSTOP, every node) for the middle quarter of the
+// run: 10 s of 40.
 //
 // The source of truth lives in the lab's process, where the writer bumps
 // it: a reader's load asks it for the key's version over loopback TCP
@@ -130,7 +130,7 @@ const (
 	propKeys         = 1000
 	propUpdatedKeys  = 10
 	propUpdateRate   = 50.0
-	propDuration     = 60 * time.Second
+	propDuration     = 40 * time.Second
 	propTTL          = 5 * time.Minute
 	propLocalTTL     = 10 * time.Second
 	propHotThreshold = 2.0
@@ -183,10 +183,10 @@ func updatePropagation(o Options) Plan {
 		Figure: "holdfast: propagation_p99_ms ≤ 50 and p50 ≤ 5; old_reads_past_bound = 0; during the freeze 0 errors and hot_share_during_freeze ≥ 0.9 × hot_share_before_freeze; converge_after_thaw_ms ≤ 1000"}
 }
 
-// propagationWindows returns the 10 s (of 60) before the freeze and the
-// freeze, the middle sixth of the run, scaled with its length.
+// propagationWindows returns the 10 s (of 40) before the freeze and the
+// freeze, the middle quarter of the run, scaled with its length.
 func propagationWindows(d time.Duration) (before, freeze [2]time.Duration) {
-	half, w := d/2, d/12
+	half, w := d/2, d/8
 	freeze = [2]time.Duration{(half - w).Round(time.Millisecond), (half + w).Round(time.Millisecond)}
 	before = [2]time.Duration{freeze[0] - (freeze[1] - freeze[0]), freeze[0]}
 	return before, freeze

@@ -10,15 +10,19 @@ import (
 
 // The timed scenarios share one load: 200 req/s over 100 keys, a 12 ms loader
 // capped at 10 concurrent loads with no queue (like a product service's
-// per-pod semaphore: a refused load is a 503 at once), 30 s per mode with the
-// fault in the middle third. Keys are drawn from a fixed seed, so every mode
+// per-pod semaphore: a refused load is a 503 at once), 20 s per mode with a
+// 10 s fault in the middle (db faults and the shorter scenarios: 20 s with
+// the middle third). Keys are drawn from a fixed seed, so every mode
 // sees the same schedule.
 const (
-	baseRate     = 200.0
-	baseKeys     = 100
-	baseLoader   = 12 * time.Millisecond
-	baseCap      = 10
-	baseDuration = 30 * time.Second
+	baseRate   = 200.0
+	baseKeys   = 100
+	baseLoader = 12 * time.Millisecond
+	baseCap    = 10
+	// baseDuration is the length of the scenarios whose fault must outlast
+	// the TTL: the middle half (10 s, twice the TTL) is the fault, with 5 s
+	// of traffic on either side.
+	baseDuration = 20 * time.Second
 	// shortDuration is for scenarios whose figure does not depend on a 10 s
 	// fault window, so that the whole suite runs within 10 minutes.
 	shortDuration = 20 * time.Second
@@ -30,8 +34,8 @@ const (
 )
 
 func init() {
-	Register(Scenario{Name: "redis-freeze", Summary: "Redis frozen with SIGSTOP for the middle third of the run.", Plan: redisFault("freeze")})
-	Register(Scenario{Name: "redis-kill", Summary: "Redis killed with SIGKILL for the middle third, then restarted empty.", Plan: redisFault("kill")})
+	Register(Scenario{Name: "redis-freeze", Summary: "Redis frozen with SIGSTOP for 10 s in the middle of a 20 s run.", Plan: redisFault("freeze")})
+	Register(Scenario{Name: "redis-kill", Summary: "Redis killed with SIGKILL for 10 s in the middle of a 20 s run, then restarted empty.", Plan: redisFault("kill")})
 	Register(Scenario{Name: "redis-fail-during-put", Summary: "A cold key's first load kills Redis before the SET (in Spring's cache this ran the loader twice for one request); Redis restarted empty at the end of the window.", Plan: failDuringPut})
 	Register(Scenario{Name: "db-slow", Summary: "The source's latency goes from 12 ms to 400 ms for the middle third.", Plan: dbFault("slow")})
 	Register(Scenario{Name: "db-down", Summary: "Every load fails for the middle third.", Plan: dbFault("down")})
@@ -45,10 +49,10 @@ func init() {
 	Register(Scenario{Name: "autocomplete", Summary: "Bursts of typing, debounced on the client, over a 15 ms search; Redis frozen for the middle third.", Plan: autocomplete})
 
 	Register(Scenario{Name: "node-freeze", Summary: "One primary of a 3+3 Cluster frozen with SIGSTOP for 10 s under 300 req/s over 3,000 keys: first_ejection_ms, healthy_keys_p99_ratio.", Plan: nodeFreeze})
-	Register(Scenario{Name: "update-propagation", Summary: "4 reader processes and a writer on a 3+3 Cluster: 2,000 req/s over 1,000 Zipf keys, 50 updates/s to the 10 most popular, the whole Cluster frozen for the middle 10 s of 60: propagation_p99_ms, old_reads_past_bound, hot shares through the freeze, converge_after_thaw_ms.", Plan: updatePropagation})
+	Register(Scenario{Name: "update-propagation", Summary: "4 reader processes and a writer on a 3+3 Cluster: 2,000 req/s over 1,000 Zipf keys, 50 updates/s to the 10 most popular, the whole Cluster frozen for the middle 10 s of 40: propagation_p99_ms, old_reads_past_bound, hot shares through the freeze, converge_after_thaw_ms.", Plan: updatePropagation})
 	Register(Scenario{Name: "hot-key-warm-start", Summary: "3 reader processes with Hot.Share on a 3+3 Cluster under 2,000 req/s, 80% on 10 hot keys, the rest uniform over 10,000; a 4th process started 10 s in, and a control without warm start: warm_start_hot_share_ratio, cold_start_hot_share_ratio over its first 5 s.", Plan: hotKeyWarmStart})
 	Register(Scenario{Name: "grey-node", Summary: "One primary of a 3+3 Cluster slow and lossy (30 ms ± 10 ms each way, 2% loss) for 20 s, then partitioned for 10 s, under 300 req/s over 3,000 keys, in a network namespace of the lab's own: each phase's p99 and errors, ejection_ms, failover_ms.", OwnNetwork: true, Plan: greyNode})
-	Register(Scenario{Name: "fleet-loss", Summary: "A 30+30 Cluster at 3,000 req/s over 100,000 Zipf keys loses 12 nodes (3 hosts: 6 primaries, 6 replicas) to SIGSTOP for 30 s of 60: window p95/p99, first_ejection_ms, last_ejection_ms, return_to_service_ms_max, node_reads_max_over_mean.", Plan: fleetLoss})
+	Register(Scenario{Name: "fleet-loss", Summary: "A 30+30 Cluster at 3,000 req/s over 100,000 Zipf keys loses 12 nodes (3 hosts: 6 primaries, 6 replicas) to SIGSTOP for 30 s of 45: window p95/p99, first_ejection_ms, last_ejection_ms, return_to_service_ms_max, node_reads_max_over_mean.", Plan: fleetLoss})
 	Register(Scenario{Name: "replica-resync", Summary: "A replica of a 3+3 Cluster restarted empty while its primary holds 200,000 keys: unready_replica_reads.", Plan: replicaResync})
 }
 
@@ -78,6 +82,11 @@ func baseParams(d time.Duration, w [2]time.Duration) map[string]any {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// middleHalf is the fault window of the baseDuration scenarios: [d/4, 3d/4].
+func middleHalf(d time.Duration) [2]time.Duration {
+	return [2]time.Duration{(d / 4).Round(time.Millisecond), (3 * d / 4).Round(time.Millisecond)}
+}
+
 func middleThird(d time.Duration) [2]time.Duration {
 	// Rounded to the millisecond so that tables and params read 0.667 s,
 	// not 0.666666666 s.
@@ -105,6 +114,7 @@ func redisFault(kind string) func(o Options) Plan {
 	return func(o Options) Plan {
 		d := o.length(baseDuration)
 		t := baseTraffic(d)
+		t.Window = middleHalf(d)
 		p := baseParams(d, t.Window)
 		// The target: loader calls during an outage grow with keys, not
 		// traffic: at most keys × (1 + outage / hard TTL).
