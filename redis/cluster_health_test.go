@@ -303,6 +303,49 @@ func cacheOver(t *testing.T, tr *Tier) (*holdfast.Namespace, holdfast.Loader, *a
 	return ns, loader, &dbDown
 }
 
+// In a Cluster a read that times out on a silent shard, with no other call
+// made meanwhile, opens no breaker for the whole tier: on a quiet tier the
+// other nodes may simply have had no calls (a standalone server's silence
+// opens it at once, TestFrozenServerOpensBreakerAtOnce), and per-node
+// ejection deals with the silent nodes.
+func TestClusterLoneTimeoutKeepsBreakerClosed(t *testing.T) {
+	skipShort(t)
+	cl := redistest.Cluster(t, redistest.ClusterConfig{NodeTimeout: 15 * time.Second})
+	tr := newTier(t, Options{Addrs: cl.Addrs()})
+	waitReady(t, tr, 6, 30*time.Second) // a fresh Cluster lists its replicas late on a busy machine
+	ctx := context.Background()
+	silent := primaryOf(tr, "q:k0")
+	var other string
+	for i := 1; other == ""; i++ {
+		if k := "q:k" + strconv.Itoa(i); primaryOf(tr, k) != silent {
+			other = k
+		}
+	}
+	for _, k := range []string{"q:k0", other} {
+		if _, _, err := tr.Get(ctx, k); err != nil {
+			t.Fatalf("healthy read of %s: %v", k, err)
+		}
+	}
+	// The shard's primary and its replica, so that the read meets silence
+	// wherever it goes.
+	for _, n := range tr.NodeStats() {
+		if n.Addr == silent || n.Of == silent {
+			srv := serverByAddr(cl, n.Addr)
+			srv.Freeze()
+			t.Cleanup(srv.Thaw)
+		}
+	}
+	if _, _, err := tr.Get(ctx, "q:k0"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read of the silent shard: %v, want a timeout", err)
+	}
+	if st := tr.Stats(); st.BreakerOpens != 0 || st.Timeouts != 1 {
+		t.Fatalf("stats %+v: want one timeout and the tier's breaker closed", st)
+	}
+	if _, _, err := tr.Get(ctx, other); err != nil {
+		t.Fatalf("read of another shard after the timeout: %v", err)
+	}
+}
+
 // TestClusterPrimaryFrozen: one primary SIGSTOPped under 300 reads/s over
 // 3,000 keys through holdfast.Cache. It is ejected within 1 s of the
 // freeze; reads of keys on the healthy nodes keep their p99 (ratio to the

@@ -72,17 +72,18 @@ func (t *Tier) probe(gen uint64) {
 // end reports the outcome of a call to the breaker. err is the first error
 // from Redis (nil for success, a miss included); ctx is the caller's context.
 //
-// A call that timed out when Redis has answered no call for a whole read
-// budget is Silent, and opens the breaker at once: the server is frozen or
-// cut off, not slow, and each of the breaker's other consecutive failures
-// would be one more reader waiting the whole budget. In a Cluster with one
-// node frozen the others keep answering, so the tier's breaker stays closed
-// and per-node ejection deals with that node.
+// A call to a standalone server that timed out when the server has answered
+// no call for a whole read budget is Silent, and opens the breaker at once:
+// the server is frozen or cut off, not slow, and each of the breaker's
+// other consecutive failures would be one more reader waiting the whole
+// budget. Not in a Cluster with per-node health: there one node's silence
+// says nothing of the others (on a quiet tier they may simply have had no
+// calls), and per-node ejection takes the silent node out of reads.
 func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 	o := outcome(ctx, err)
 	if o == breaker.Failure {
 		t.markSuspect(err)
-		if isTimeout(err) && time.Duration(t.opts.Clock.Now().UnixNano()-t.lastAnswer.Load()) >= t.opts.ReadBudget {
+		if t.nodes == nil && isTimeout(err) && time.Duration(t.opts.Clock.Now().UnixNano()-t.lastAnswer.Load()) >= t.opts.ReadBudget {
 			o = breaker.Silent
 		}
 	}
