@@ -139,10 +139,11 @@ type Policy struct {
 	// within the last second), since a goroutine per read would cost a
 	// healthy tier's throughput: the few reads sent to a tier that froze
 	// while it looked healthy wait for it, though their joiners do not.
-	// A read with no such value skips the tier and loads once the tier has
+	// A Get with no such value skips the tier and loads once the tier has
 	// answered none of the reads waiting on it for four slow-read delays
 	// (counted in SharedBypassed): otherwise each such read would wait the
-	// read budget until the tier's breaker opens.
+	// read budget until the tier's breaker opens. (A GetMany's batch read
+	// is sent as before.)
 	// Default 2 ms: several round trips of a Redis on the same network,
 	// so no answer comes from memory while the tier answers as usual
 	// (measured in the lab's no-fault runs). A negative value turns it
