@@ -67,14 +67,30 @@ func (s *Server) Start() {
 // clusterCLI runs redis-cli --cluster with args and returns its output;
 // a non-zero exit is an error carrying the output (redis-cli prints its
 // reasons, "[ERR] ...", on stdout).
+//
+// redis-cli checks the cluster before it changes anything and refuses while
+// the nodes' views of the configuration differ, as they do for a moment
+// after a failover while the new epoch spreads over the bus (the slot map
+// WaitStable compares can agree sooner). Such a refusal changed nothing, so
+// the command is run again, every 200 ms, for up to 15 s.
 func (c *RedisCluster) clusterCLI(ctx context.Context, args ...string) (string, error) {
 	full := append(c.access.cliArgs(), "--cluster")
 	full = append(full, args...)
-	out, err := exec.CommandContext(ctx, "redis-cli", full...).CombinedOutput()
-	if err != nil {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, err := exec.CommandContext(ctx, "redis-cli", full...).CombinedOutput()
+		if err == nil {
+			return string(out), nil
+		}
+		if strings.Contains(string(out), "Nodes don't agree about configuration") && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+				continue
+			}
+		}
 		return string(out), fmt.Errorf("redis-cli --cluster %s: %w\n%s", strings.Join(args, " "), err, tail(string(out), 3000))
 	}
-	return string(out), nil
 }
 
 func tail(s string, n int) string {
