@@ -326,11 +326,18 @@ func TestRejectedRefreshKeepsStaleUntilHardThenOverloaded(t *testing.T) {
 	}
 }
 
+// noGrace turns the slow-load grace off for tests of stale-if-error with the
+// shared tier failing: while it fails, the grace is the slow-read delay
+// (2 ms), and on a loaded machine that timer can fire before the failing
+// loader's goroutine has run, answering stale-on-slow-load instead of
+// stale-on-error (the same value; another Source).
+const noGrace = -1
+
 func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}, SlowLoadGrace: noGrace})
 
 	// Another process loaded the value 0.5 s ago; this one reads it from the
 	// shared tier now, so it enters memory 0.5 s after its origin.
@@ -369,7 +376,7 @@ func TestLastKnownGoodKeepsTheNewestLoad(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}, SlowLoadGrace: noGrace})
 	entry := func(val string, origin time.Time) []byte {
 		return tier.AppendEntry(nil, tier.Entry{Value: []byte(val), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second)})
 	}
