@@ -46,18 +46,19 @@ type floodTotals struct {
 }
 
 // searchFlood runs clients that each send unique search prefixes to url
-// back to back until done is closed; the counters count every answer and
-// every 503. Its goroutines are done when wg is.
-func searchFlood(c *http.Client, url string, clients int, done <-chan struct{}, wg *sync.WaitGroup, searches, rejected *atomic.Int64) {
+// back to back until done is closed; seq numbers the prefixes, so that no
+// two are the same however often the flood starts; the counters count
+// every answer and every 503. Its goroutines are done when wg is.
+func searchFlood(c *http.Client, url string, clients int, done <-chan struct{}, wg *sync.WaitGroup, seq, searches, rejected *atomic.Int64) {
 	for g := range clients {
 		wg.Go(func() {
-			for i := 0; ; i++ {
+			for {
 				select {
 				case <-done:
 					return
 				default:
 				}
-				code, err := status(c, fmt.Sprintf("%s/v1/search?q=%s", url, uniquePrefix(g, i)))
+				code, err := status(c, fmt.Sprintf("%s/v1/search?q=%s", url, uniquePrefix(g, int(seq.Add(1)))))
 				searches.Add(1)
 				if err == nil && code == http.StatusServiceUnavailable {
 					rejected.Add(1)
@@ -87,11 +88,11 @@ func floodMain(url, clients string) int {
 		io.Copy(io.Discard, os.Stdin)
 		close(done)
 	}()
-	var searches, rejected atomic.Int64
+	var seq, searches, rejected atomic.Int64
 	var wg sync.WaitGroup
 	start, cpu0 := time.Now(), cpuTime()
 	fmt.Println("ready")
-	searchFlood(c, url, n, done, &wg, &searches, &rejected)
+	searchFlood(c, url, n, done, &wg, &seq, &searches, &rejected)
 	select {
 	case <-done:
 	case <-time.After(floodMaxFor):
@@ -141,8 +142,15 @@ func startFloodProcess(url string, clients int) (*floodProcess, error) {
 	return p, nil
 }
 
-// stop ends the flood and returns its totals.
+// pause stops the process (SIGSTOP): it sends nothing until resume.
+func (p *floodProcess) pause() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// resume continues the stopped process (SIGCONT).
+func (p *floodProcess) resume() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
+
+// stop ends the flood, paused or not, and returns its totals.
 func (p *floodProcess) stop() (floodTotals, error) {
+	p.resume()
 	p.stdin.Close()
 	var t floodTotals
 	var err error
