@@ -51,11 +51,19 @@ const (
 	// tier is failing. The read goes on and its answer is stored as
 	// usual. Result.Stale reports whether the value was past its soft time.
 	SourceMemoryOnSlowRead
+	// SourceMemoryForBusyNode: a fresh value (within its soft time) from
+	// this process's last-known-good store, served instead of reading a
+	// shared-tier node that carries more than its share of reads (a
+	// tier.Leveler's Shed): a Cluster shard down to one node, say. Only a
+	// copy loaded while the invalidation stream was heard, and untouched
+	// by any invalidation since, is served so: one as current as the
+	// tier's.
+	SourceMemoryForBusyNode
 )
 
 // sourceNames are the Sources' names; the zero Source, on a read that
 // failed, is "none".
-var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined", "stale-on-slow-load", "memory-on-slow-read"}
+var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined", "stale-on-slow-load", "memory-on-slow-read", "memory-for-busy-node"}
 
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {

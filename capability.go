@@ -9,7 +9,8 @@ import (
 // What the shared tier can do beyond tier.Tier is found once, at New, by
 // type:
 // tier.Coordinator (versions for the stale-set guard, leases), tier.Smearer (copies of
-// hot keys), tier.HotSharer (a shared hot set). A policy that needs a capability
+// hot keys), tier.HotSharer (a shared hot set), tier.InvalidationStream,
+// tier.Leveler (reads shed from busy nodes). A policy that needs a capability
 // the tier lacks is an error from Cache.Namespace, never a silent downgrade
 // of a guarantee the docs make.
 //
@@ -41,10 +42,15 @@ type Capabilities struct {
 	// Stream: a tier.InvalidationStream's announcements of every
 	// invalidation to every process, which drop their hot-tier copies.
 	Stream bool
+	// Leveling: a tier.Leveler's reads shed from nodes that carry more
+	// than their share, answered from copies in memory instead
+	// (SourceMemoryForBusyNode). It takes the Stream too: only a copy no
+	// invalidation could have passed by unheard is as good as a read.
+	Leveling bool
 }
 
 func (cp Capabilities) String() string {
-	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t stream=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing, cp.Stream)
+	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t stream=%t leveling=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing, cp.Stream, cp.Leveling)
 }
 
 // tierCaps is the shared tier's capabilities, each the first tier down the
@@ -54,6 +60,7 @@ type tierCaps struct {
 	smear  tier.Smearer
 	share  tier.HotSharer
 	stream tier.InvalidationStream
+	level  tier.Leveler
 }
 
 func probeTier(t tier.Tier) tierCaps {
@@ -62,6 +69,7 @@ func probeTier(t tier.Tier) tierCaps {
 		smear:  probe[tier.Smearer](t),
 		share:  probe[tier.HotSharer](t),
 		stream: probe[tier.InvalidationStream](t),
+		level:  probe[tier.Leveler](t),
 	}
 }
 
@@ -88,6 +96,7 @@ func (tc tierCaps) capabilities() Capabilities {
 		Smearing:   tc.smear != nil && tc.smear.Copies() > 1,
 		HotSharing: tc.share != nil,
 		Stream:     tc.stream != nil,
+		Leveling:   tc.level != nil && tc.stream != nil,
 	}
 }
 
@@ -126,5 +135,6 @@ func (n *Namespace) uses() Capabilities {
 		Smearing:   n.smear != nil && n.smear.Copies() > 1,
 		HotSharing: n.c.caps.share != nil && n.p.Hot.Share,
 		Stream:     n.c.caps.stream != nil,
+		Leveling:   n.levelingOn(),
 	}
 }

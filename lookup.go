@@ -27,6 +27,10 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 			j.out, j.done = out, true
 			continue
 		}
+		if out, ok := n.spareBusyNode(j, now); ok {
+			j.out, j.done = out, true
+			continue
+		}
 		toRead = append(toRead, j)
 	}
 	if len(toRead) == 0 {
@@ -71,6 +75,11 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 		j.out, j.done = out, true
 		return
 	}
+	if out, ok := n.spareBusyNode(j, now); ok {
+		j.f.readOver.Store(true)
+		j.out, j.done = out, true
+		return
+	}
 	var m meta
 	j.status = tierNone
 	switch {
@@ -87,6 +96,38 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	}
 	j.f.readOver.Store(true)
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
+}
+
+// spareBusyNode answers j from memory instead of the shared tier when the
+// tier sheds the read (tier.Leveler: the node that would serve it carries
+// more than its share) and this process holds a copy as good as the tier's:
+// a last-known-good copy within its soft time, neither demoted by an
+// invalidation nor a cached not-found, loaded since the invalidation stream
+// was last heard again and with the stream heard now, so that no
+// invalidation of it can have gone by unheard. That is the guarantee a
+// hot-tier copy has; a copy that lacks it is read from the tier as usual.
+// A refresh never takes this path: it is there to read past what is held.
+func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
+	if j.refreshOf != 0 || !n.levelingOn() {
+		return outcome{}, false
+	}
+	m := n.lkg.Get(j.key, now)
+	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.heardAll(m.origin) {
+		return outcome{}, false
+	}
+	if !n.c.caps.level.Shed(n.prefix + j.key) {
+		return outcome{}, false
+	}
+	n.ctr.inc(evMemoryForBusyNode)
+	res, err := n.served(m, SourceMemoryForBusyNode)
+	return outcome{res, err}, true
+}
+
+// levelingOn reports whether reads of this namespace may be shed from busy
+// nodes: the tier is a tier.Leveler and an invalidation stream, and the
+// namespace keeps last-known-good copies to answer with.
+func (n *Namespace) levelingOn() bool {
+	return n.c.caps.level != nil && n.c.caps.stream != nil && n.lkg != nil
 }
 
 // sharedGetMany reads the jobs' keys from the shared tier into metas and

@@ -38,6 +38,7 @@ type Stats struct {
 	StaleOnError      uint64 // values served past hard time, or from last-known-good, because fresh data could not be had
 	StaleOnSlowLoad   uint64 // values served past hard time, within stale-if-error, because their load outlasted Policy.SlowLoadGrace
 	MemoryOnSlowRead  uint64 // values served from last-known-good because the shared tier had not answered within the slow-read delay (Policy.SlowReadGrace)
+	MemoryForBusyNode uint64 // fresh values served from last-known-good instead of reading a shared-tier node that carried more than its share of reads (tier.Leveler)
 	LocalServed       uint64 // values served from last-known-good while the shared tier was down
 	NegativeHits      uint64 // cached not-found answers served
 	Rejected          uint64 // loads rejected by the load limiter
@@ -102,6 +103,7 @@ const (
 	evStaleOnError
 	evStaleOnSlowLoad
 	evMemoryOnSlowRead
+	evMemoryForBusyNode
 	evLocalServed
 	evNegativeHit
 	evRejected
@@ -184,41 +186,42 @@ func (c *counters) sum(e event) uint64 {
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Reads:            c.sum(evRead) + c.sum(evHotHit),
-		HotHits:          c.sum(evHotHit) + c.sum(evHotRecheckHit),
-		SharedHits:       c.sum(evSharedHit),
-		SharedMisses:     c.sum(evSharedMiss),
-		SharedErrors:     c.sum(evSharedError),
-		SharedBypassed:   c.sum(evSharedBypassed),
-		SharedSetErrors:  c.sum(evSharedSetError),
-		SharedDelErrors:  c.sum(evSharedDelError),
-		Corrupt:          c.sum(evCorrupt),
-		Loads:            c.sum(evLoad),
-		LoadErrors:       c.sum(evLoadError),
-		LoadNotFound:     c.sum(evLoadNotFound),
-		Coalesced:        c.sum(evCoalesced),
-		Refreshes:        c.sum(evRefresh),
-		StaleServed:      c.sum(evStaleServed),
-		StaleOnError:     c.sum(evStaleOnError),
-		StaleOnSlowLoad:  c.sum(evStaleOnSlowLoad),
-		MemoryOnSlowRead: c.sum(evMemoryOnSlowRead),
-		LocalServed:      c.sum(evLocalServed),
-		NegativeHits:     c.sum(evNegativeHit),
-		Rejected:         c.sum(evRejected),
-		Overloaded:       c.sum(evOverloaded),
-		Invalidations:    c.sum(evInvalidation),
-		DroppedStaleSets: c.sum(evDroppedStaleSet),
-		TooLarge:         c.sum(evTooLarge),
-		ReplayedDeletes:  c.sum(evReplayedDeletes),
-		DroppedDeletes:   c.sum(evDroppedDeletes),
-		LeasesTaken:      c.sum(evLeaseTaken),
-		LeaseWaits:       c.sum(evLeaseWaits),
-		LeaseGaveUp:      c.sum(evLeaseGaveUp),
-		ErrorBackoffs:    c.sum(evErrorBackoff),
-		SmearedReads:     c.sum(evSmearedRead),
-		SmearedWrites:    c.sum(evSmearedWrite),
-		Superseded:       c.sum(evSuperseded),
-		LoadTimeouts:     c.sum(evLoadTimeout),
+		Reads:             c.sum(evRead) + c.sum(evHotHit),
+		HotHits:           c.sum(evHotHit) + c.sum(evHotRecheckHit),
+		SharedHits:        c.sum(evSharedHit),
+		SharedMisses:      c.sum(evSharedMiss),
+		SharedErrors:      c.sum(evSharedError),
+		SharedBypassed:    c.sum(evSharedBypassed),
+		SharedSetErrors:   c.sum(evSharedSetError),
+		SharedDelErrors:   c.sum(evSharedDelError),
+		Corrupt:           c.sum(evCorrupt),
+		Loads:             c.sum(evLoad),
+		LoadErrors:        c.sum(evLoadError),
+		LoadNotFound:      c.sum(evLoadNotFound),
+		Coalesced:         c.sum(evCoalesced),
+		Refreshes:         c.sum(evRefresh),
+		StaleServed:       c.sum(evStaleServed),
+		StaleOnError:      c.sum(evStaleOnError),
+		StaleOnSlowLoad:   c.sum(evStaleOnSlowLoad),
+		MemoryOnSlowRead:  c.sum(evMemoryOnSlowRead),
+		MemoryForBusyNode: c.sum(evMemoryForBusyNode),
+		LocalServed:       c.sum(evLocalServed),
+		NegativeHits:      c.sum(evNegativeHit),
+		Rejected:          c.sum(evRejected),
+		Overloaded:        c.sum(evOverloaded),
+		Invalidations:     c.sum(evInvalidation),
+		DroppedStaleSets:  c.sum(evDroppedStaleSet),
+		TooLarge:          c.sum(evTooLarge),
+		ReplayedDeletes:   c.sum(evReplayedDeletes),
+		DroppedDeletes:    c.sum(evDroppedDeletes),
+		LeasesTaken:       c.sum(evLeaseTaken),
+		LeaseWaits:        c.sum(evLeaseWaits),
+		LeaseGaveUp:       c.sum(evLeaseGaveUp),
+		ErrorBackoffs:     c.sum(evErrorBackoff),
+		SmearedReads:      c.sum(evSmearedRead),
+		SmearedWrites:     c.sum(evSmearedWrite),
+		Superseded:        c.sum(evSuperseded),
+		LoadTimeouts:      c.sum(evLoadTimeout),
 
 		InvalidationsSent:    c.sum(evInvalidationSent),
 		InvalidationsHeard:   c.sum(evInvalidationHeard),

@@ -74,6 +74,7 @@ var instruments = []instrument{
 	counter("stale_on_error", "{read}", "StaleOnError", "Values served past hard time because fresh data could not be had."),
 	counter("stale_on_slow_load", "{read}", "StaleOnSlowLoad", "Values served past hard time, within stale-if-error, because their load outlasted SlowLoadGrace."),
 	counter("memory_on_slow_read", "{read}", "MemoryOnSlowRead", "Values served from last-known-good because the shared tier had not answered within the slow-read delay (SlowReadGrace)."),
+	counter("memory_for_busy_node", "{read}", "MemoryForBusyNode", "Fresh values served from last-known-good instead of reading a shared-tier node that carried more than its share of reads."),
 	counter("local_served", "{read}", "LocalServed", "Last-known-good values served while the shared tier was down."),
 	counter("negative_hits", "{read}", "NegativeHits", "Cached not-found answers served."),
 	counter("load.rejected", "{load}", "Rejected", "Loads the load limiter rejected."),

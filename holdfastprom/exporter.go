@@ -97,6 +97,7 @@ var metrics = []metric{
 	counter("stale_on_error_total", "Values served past their hard time because fresh data could not be had.", func(s holdfast.Stats) uint64 { return s.StaleOnError }),
 	counter("stale_on_slow_load_total", "Values served past their hard time, within stale-if-error, because their load outlasted SlowLoadGrace.", func(s holdfast.Stats) uint64 { return s.StaleOnSlowLoad }),
 	counter("memory_on_slow_read_total", "Values served from last-known-good because the shared tier had not answered within the slow-read delay (SlowReadGrace).", func(s holdfast.Stats) uint64 { return s.MemoryOnSlowRead }),
+	counter("memory_for_busy_node_total", "Fresh values served from last-known-good instead of reading a shared-tier node that carried more than its share of reads.", func(s holdfast.Stats) uint64 { return s.MemoryForBusyNode }),
 	counter("local_served_total", "Values served from last-known-good while the shared tier was failing.", func(s holdfast.Stats) uint64 { return s.LocalServed }),
 	counter("negative_hits_total", "Cached not-found answers served.", func(s holdfast.Stats) uint64 { return s.NegativeHits }),
 	counter("load_rejected_total", "Loads rejected by the load limiter.", func(s holdfast.Stats) uint64 { return s.Rejected }),

@@ -29,7 +29,7 @@
 //
 // In a Redis Cluster each node also gets its own health (nodes.go): a node
 // is ejected after 3 failures in a row (or half of its recent requests) and
-// PINGed back on a jittered backoff from 250 ms to 10 s; a watchdog closes a
+// PINGed back on a jittered backoff from 250 ms to 1 s; a watchdog closes a
 // connection that has had a request outstanding and no reply for 1 s;
 // replicas are polled in the background for readiness (replication link up,
 // no sync or load in progress, offset close to the primary's) and take
@@ -41,8 +41,11 @@
 // may be ejected, so one bad node never opens it for all. Every command for
 // a slot's primary (writes, scripts, leases, version reads) is accounted to
 // that primary the same way, and refused at once while it is ejected
-// (toPrimaries). NodeStats reports each node. Options.Cluster tunes all of
-// it; Disabled restores rueidis's own routing to primaries.
+// (toPrimaries). NodeStats reports each node. A node that carries more than
+// its share of reads (its shard's other node lost, say) has the excess
+// answered from the Cache's memory where it holds copies as current as the
+// node's (Tier.Shed, level.go). Options.Cluster tunes all of it; Disabled
+// restores rueidis's own routing to primaries.
 //
 // rueidis honours a ctx deadline on an established, pipelined connection,
 // but a call that has to reconnect can be held inside rueidis past it (the

@@ -28,6 +28,7 @@ var (
 	_ tier.Smearer            = (*Lazy)(nil)
 	_ tier.HotSharer          = (*Lazy)(nil)
 	_ tier.InvalidationStream = (*Lazy)(nil)
+	_ tier.Leveler            = (*Lazy)(nil)
 )
 
 // NewLazy validates opts and starts connecting in the background, retrying
@@ -232,4 +233,12 @@ func (l *Lazy) ShareHot(ctx context.Context, set string, keys []string, ttl time
 		return t.ShareHot(ctx, set, keys, ttl, limit)
 	}
 	return nil, errNotConnected
+}
+
+// Shed implements tier.Leveler: false until connected.
+func (l *Lazy) Shed(key string) bool {
+	if t := l.tier.Load(); t != nil {
+		return t.Shed(key)
+	}
+	return false
 }

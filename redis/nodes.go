@@ -60,6 +60,13 @@ type node struct {
 
 	_                                   [64]byte
 	requests, failures, timeouts, reads counter
+	// levelAsked and levelShed count the Shed calls for the node's shard
+	// while it is the shard's primary, and those answered yes; shedShare
+	// is the shard's shed share, in 1/shedOne (level.go); level is the
+	// node set loop's own.
+	levelAsked, levelShed counter
+	shedShare             atomic.Uint32
+	level                 levelState
 
 	ejected atomic.Bool
 	dirty   atomic.Bool // a failure is in the ejector's window; see report
@@ -118,6 +125,8 @@ type nodeSet struct {
 
 	start   time.Time
 	written []atomic.Int64 // per slot: when this Tier last wrote it, ns since start
+
+	levelRound uint64 // the loop's count of leveling intervals (level.go)
 }
 
 // pollTimeout bounds a readiness poll and a slot map request.
@@ -256,6 +265,7 @@ func (s *nodeSet) run() {
 	now := time.Now()
 	nextTopo := now.Add(s.o.TopologyInterval)
 	nextPoll := now.Add(s.o.ReadinessInterval)
+	lastLevel := now
 	for {
 		select {
 		case <-s.stop:
@@ -267,6 +277,10 @@ func (s *nodeSet) run() {
 		}
 		now = time.Now()
 		s.scan(now)
+		if dt := now.Sub(lastLevel); dt >= levelEvery && s.o.LevelAbove > 0 {
+			lastLevel = now
+			s.level(dt)
+		}
 		if !now.Before(nextTopo) {
 			nextTopo = now.Add(s.o.TopologyInterval)
 			s.startRefresh()

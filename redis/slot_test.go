@@ -21,3 +21,15 @@ func TestSlotKnownValues(t *testing.T) {
 		t.Error("an empty hash tag must hash the whole key")
 	}
 }
+
+// slotOf is slot of the concatenation, hash tags and all, for every prefix
+// a Tier accepts (none holds a brace).
+func TestSlotOfPrefixAndKey(t *testing.T) {
+	for _, prefix := range []string{"", "shop:", "a"} {
+		for _, key := range []string{"", "product:1", "{user1}:cart", "a{}b", "x{y", "}{z}", "pre{tag}post{other}", "{", "{}"} {
+			if got, want := slotOf(prefix, key), slot(prefix+key); got != want {
+				t.Errorf("slotOf(%q, %q) = %d, slot of the whole = %d", prefix, key, got, want)
+			}
+		}
+	}
+}

@@ -49,6 +49,10 @@ func appendCacheStatus(b []byte, res holdfast.Result, now time.Time, key string)
 		// Served from this process's memory while Redis is slow, as
 		// last-known-good is while it fails.
 		b = append(b, "; hit; detail=memory-on-slow-read"...)
+	case holdfast.SourceMemoryForBusyNode:
+		// A fresh copy in this process's memory, served to spare a Redis
+		// node that carries more than its share.
+		b = append(b, "; hit; detail=memory-for-busy-node"...)
 	default: // SourceLoaded, SourceJoined (a miss another read loaded)
 		b = append(b, "; fwd=miss; stored"...)
 	}

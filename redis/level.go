@@ -1,0 +1,197 @@
+package redis
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
+)
+
+// Read leveling in Cluster mode (tier.Leveler). Reads spread evenly over a
+// shard's ready nodes (routing.go), but shards are not even with each
+// other: a shard that lost one of its two nodes (ejected, failed over, a
+// replica resyncing) serves all of its reads from the node it has left,
+// twice what a whole shard's nodes each serve, and the shards holding the
+// most popular keys carry more than the rest. A node that carries twice
+// the others' share is the one that saturates first, and when a fifth of a
+// fleet is lost at peak, a dozen such nodes carry the fleet.
+//
+// The Cache holds many of those keys already, in copies as good as the
+// node's (tier.Leveler says which). So every levelEvery the tier measures,
+// per shard, the reads its nodes were sent and the reads it shed, over
+// about a second, and how many of them the Cache asked to shed (the reads
+// it could answer from memory); it finds the per-node load c that the
+// nodes would carry if no node carried more than LevelAbove times the mean
+// of all, and sets each shard's shed share to what takes its nodes down to
+// c: the share of the reads asked that covers its excess. Shed then
+// answers yes with that probability. A shard whose reads the Cache cannot
+// answer from memory keeps its excess; one at or below c sheds nothing.
+// Measuring demand (the reads sent plus those shed), not the reads sent,
+// keeps the share from swinging: shedding lowers what is sent, never what
+// is asked for.
+
+const (
+	// levelEvery is how often the shed shares are worked out again.
+	levelEvery = 250 * time.Millisecond
+	// levelWeight is the weight of the last interval in the moving
+	// averages: about a second of reads.
+	levelWeight = 0.25
+	// levelGain is the part of the measured error a shard's correction
+	// takes each interval.
+	levelGain = 0.3
+	// levelMinPerNode is the mean rate, in reads a second per node, below
+	// which nothing is shed: a tier that idles has no node to spare.
+	levelMinPerNode = 10
+	// shedOne is a shed share of 1 (shard.shed is in 1/shedOne).
+	shedOne = 1 << 16
+)
+
+var _ tier.Leveler = (*Tier)(nil)
+
+// levelState is a node's moving averages, and, on a shard's primary, the
+// shard's: kept by the node, so that they outlast slot map refreshes (a
+// failover starts the shard's anew).
+type levelState struct {
+	round              uint64  // nodeSet.levelRound when last measured
+	reads, asked, shed uint64  // the counters then
+	sent               float64 // reads a second the node answered
+	// On a shard's primary: the Shed calls a second, those answered yes,
+	// and the correction to the modelled shed share (see level).
+	askedAvg, shedAvg, corr float64
+}
+
+// Shed implements tier.Leveler: it reports, for a read of key the Cache
+// could answer from memory, whether the key's shard carries more than its
+// share of reads now (see level.go). Always false for a standalone server,
+// with per-node health Disabled, or with ClusterOptions.LevelAbove
+// negative.
+func (t *Tier) Shed(key string) bool {
+	s := t.nodes
+	if s == nil || s.o.LevelAbove < 0 {
+		return false
+	}
+	tp := s.topo.Load()
+	si := tp.slots[slotOf(t.opts.KeyPrefix, key)]
+	if si < 0 {
+		return false
+	}
+	p := tp.shards[si].nodes[0]
+	p.levelAsked.add(1)
+	share := p.shedShare.Load()
+	if share == 0 || rand.Uint32N(shedOne) >= share {
+		return false
+	}
+	p.levelShed.add(1)
+	return true
+}
+
+// level works out every shard's shed share from the reads since the last
+// call, dt ago. It runs on the node set's loop.
+//
+// The share has two parts. The model's: from each shard's demand, the
+// per-node load c that no node exceeds once every shard above it sheds
+// what takes it down to c, and the share of the shard's asked reads that
+// is. It follows a loss at once, but it assumes a shard's reads spread
+// evenly over its nodes and are all of its own keys, and neither holds
+// quite: a hot key's copies (smear.go) are read from primaries only,
+// whatever shard the key is in. So a correction, added to it, moves each
+// interval by a part of what would bring the shard's busiest node to
+// LevelAbove times the mean of the nodes as measured.
+func (s *nodeSet) level(dt time.Duration) {
+	tp := s.topo.Load()
+	defer func() { s.levelRound++ }()
+	secs := dt.Seconds()
+	avg := func(avg *float64, now, before uint64) {
+		v := float64(now-before) / secs
+		if now < before {
+			v = 0
+		}
+		*avg += levelWeight * (v - *avg)
+	}
+	// Each node's reads, and each primary's asks and sheds.
+	for _, n := range tp.nodes {
+		st := &n.level
+		reads, asked, shed := n.reads.load(), n.levelAsked.load(), n.levelShed.load()
+		if st.round != s.levelRound {
+			// Not measured last interval (new to the map, or back in
+			// it): its averages start anew from this interval.
+			*st = levelState{reads: reads, asked: asked, shed: shed}
+		}
+		st.round = s.levelRound + 1
+		avg(&st.sent, reads, st.reads)
+		avg(&st.askedAvg, asked, st.asked)
+		avg(&st.shedAvg, shed, st.shed)
+		st.reads, st.asked, st.shed = reads, asked, shed
+	}
+	type shardLoad struct {
+		primary       *node
+		live          float64 // nodes taking reads
+		sent, busiest float64 // reads a second: of all its nodes, of its busiest live node
+		demand, ask   float64 // reads a second: sent and shed, and asked to shed
+	}
+	loads := make([]shardLoad, 0, len(tp.shards))
+	var nodes, demand, sent float64
+	for _, sh := range tp.shards {
+		p := sh.nodes[0]
+		l := shardLoad{primary: p, ask: p.level.askedAvg}
+		for _, n := range sh.nodes {
+			l.sent += n.level.sent
+			if !n.ejected.Load() && n.ready.Load() {
+				l.live++
+				l.busiest = max(l.busiest, n.level.sent)
+			}
+		}
+		if l.live == 0 {
+			p.shedShare.Store(0) // its reads are bypassed: nothing to level
+			p.level.corr = 0
+			continue
+		}
+		l.demand = l.sent + p.level.shedAvg
+		loads = append(loads, l)
+		nodes += l.live
+		demand += l.demand
+		sent += l.sent
+	}
+	if nodes == 0 || demand/nodes < levelMinPerNode {
+		for _, l := range loads {
+			l.primary.shedShare.Store(0)
+			l.primary.level.corr = 0
+		}
+		return
+	}
+	// The model: c = LevelAbove × the mean after shedding, a fixed point
+	// found by iterating from the mean before. A shard sheds at most the
+	// reads the Cache could answer from memory.
+	after := func(l shardLoad, c float64) float64 {
+		d := l.demand / l.live
+		if d <= c {
+			return d
+		}
+		return max(c, d*(1-min(1, l.ask/l.demand)))
+	}
+	c := s.o.LevelAbove * demand / nodes
+	for range 8 {
+		var sum float64
+		for _, l := range loads {
+			sum += l.live * after(l, c)
+		}
+		c = s.o.LevelAbove * sum / nodes
+	}
+	target := s.o.LevelAbove * sent / nodes // the bound, as the nodes are now
+	for _, l := range loads {
+		st := &l.primary.level
+		model := 0.0
+		if d := l.demand / l.live; d > c && l.ask > 0 {
+			model = min(1, (d-c)*l.live/l.ask)
+		}
+		if l.ask > 0 && l.busiest > 0 {
+			// Shedding a share x of the asked reads takes about
+			// x·ask·busiest/sent off the busiest node.
+			need := (l.busiest - target) / l.busiest * l.sent / l.ask
+			st.corr += levelGain * need
+		}
+		share := min(1, max(0, model+st.corr))
+		st.corr = share - model // no more correction than the share can take
+		l.primary.shedShare.Store(uint32(share * shedOne))
+	}
+}
