@@ -15,20 +15,30 @@ type meta struct {
 	// stale is when the value may no longer be served even as the
 	// fallback for a failed load, when its loader set that window itself;
 	// 0 leaves it to the namespace's StaleIfError (Namespace.staleUntil).
-	stale    int64
+	stale int64
+	// current is when this process last found the value current: when a
+	// shared-tier read that answered with it was sent; 0 for a value this
+	// process loaded, current at its origin. A copy found current since
+	// the invalidation stream was last heard again, with the stream heard
+	// now, has missed no invalidation (spareBusyNode). It never leaves the
+	// process.
+	current  int64
 	costUsec uint32
 	negative bool
-	// ver is the key's version (Coordinator.Version) plus one when this
-	// process loaded the value having read that version first; 0 when it is
-	// not known (a value read from the shared tier). It never leaves the
-	// process.
-	ver uint64
 	// demoted is set on a last-known-good copy another process's
 	// invalidation superseded (stream.go): a fallback for a failed load
 	// within its stale-if-error window, never served as current. It never
 	// leaves the process.
 	demoted bool
+	// ver is the key's version (Coordinator.Version) plus one when this
+	// process loaded the value having read that version first; 0 when it is
+	// not known (a value read from the shared tier). It never leaves the
+	// process.
+	ver uint64
 }
+
+// currentAt is when the value was last found current (meta.current).
+func (m *meta) currentAt() int64 { return max(m.origin, m.current) }
 
 // decodeMeta decodes an envelope (tier.DecodeEntry) into the form the
 // in-process tiers keep.

@@ -45,6 +45,9 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	} else {
 		st := n.startStage(ctx, StageSharedRead)
 		n.sharedGetMany(ctx, toRead, metas, statuses)
+		for i := range metas {
+			metas[i].current = now // found current by a read sent then
+		}
 		if st != nil {
 			worst := tierHit
 			for _, s := range statuses {
@@ -90,6 +93,7 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	default:
 		n.c.shared.readBegins(now)
 		m, j.status = n.sharedReadTraced(ctx, j.key)
+		m.current = now // found current by a read sent then
 		began := now
 		now = n.exactNow() // see lookup
 		n.c.shared.readEnds(began, now, j.status == tierHit || j.status == tierMiss)
@@ -102,9 +106,10 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 // tier sheds the read (tier.Leveler: the node that would serve it carries
 // more than its share) and this process holds a copy as good as the tier's:
 // a last-known-good copy within its soft time, neither demoted by an
-// invalidation nor a cached not-found, loaded since the invalidation stream
-// was last heard again and with the stream heard now, so that no
-// invalidation of it can have gone by unheard. That is the guarantee a
+// invalidation nor a cached not-found, found current (loaded, or read from
+// the shared tier) since the invalidation stream was last heard again and
+// with the stream heard now, so that no invalidation of it can have gone
+// by unheard. That is the guarantee a
 // hot-tier copy has; a copy that lacks it is read from the tier as usual.
 // A refresh never takes this path: it is there to read past what is held.
 func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
@@ -112,7 +117,7 @@ func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 		return outcome{}, false
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.heardAll(m.origin) {
+	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.heardAll(m.currentAt()) {
 		return outcome{}, false
 	}
 	if !n.c.caps.level.Shed(n.prefix + j.key) {

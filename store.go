@@ -77,6 +77,15 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 		// This process's own invalidations delete the entry first.
 		old := n.lkg.Get(key, now)
 		switch {
+		case old != nil && m.origin == old.origin && !old.demoted && m.current > old.currentAt() &&
+			old.currentAt() < n.c.stream.resumedAt.Load():
+			// The same load, found current again after a gap in the
+			// invalidation stream: it may answer for a busy node again
+			// (spareBusyNode). Written only then, so a hit still costs a
+			// lookup.
+			d := *old
+			d.current = m.current
+			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d))
 		case old != nil && m.origin <= old.origin:
 		case m.negative:
 			n.lkg.Delete(key)
