@@ -167,3 +167,24 @@ func TestBusyNodeGetMany(t *testing.T) {
 		t.Fatalf("MemoryForBusyNode %d, want 2", n)
 	}
 }
+
+// A key the hot tier would take, answered for a busy node from
+// last-known-good, enters the hot tier as a shared-tier hit would have put
+// it there: the next read is a hot-tier hit.
+func TestBusyNodeHotKeyEntersHotTier(t *testing.T) {
+	shared := &busyTier{Tier: inmem.New(nil)}
+	var admit atomic.Bool
+	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Hour,
+		Hot: holdfast.HotPolicy{Keys: holdfast.HotAll, TTL: time.Minute, Admit: func(string) bool { return admit.Load() }}}
+	ns := newListeningNS(t, holdfast.Options{Shared: shared}, p)
+	src := &source{}
+	mustGet(t, ns, "p1", src)
+	shared.shed.Store(true)
+	admit.Store(true)
+	if res := mustGet(t, ns, "p1", src); res.Source != holdfast.SourceMemoryForBusyNode {
+		t.Fatalf("shed read from %v, want memory-for-busy-node", res.Source)
+	}
+	if res := mustGet(t, ns, "p1", src); res.Source != holdfast.SourceHot {
+		t.Fatalf("the next read from %v, want the hot tier", res.Source)
+	}
+}

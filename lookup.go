@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/holdfast-dev/holdfast/internal/local"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -117,13 +118,25 @@ func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 		return outcome{}, false
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.heardAll(m.currentAt()) {
+	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.heardAll(m.currentAt()) ||
+		// An invalidation heard while this read began, not yet applied
+		// to the copy: the stream notes it before it demotes.
+		n.recent.supersedes(j.key, m.origin, now, n.supersedeWindow()) {
 		return outcome{}, false
 	}
 	if !n.c.caps.level.Shed(n.prefix + j.key) {
 		return outcome{}, false
 	}
 	n.ctr.inc(evMemoryForBusyNode)
+	// A hot key enters the hot tier as a shared-tier hit would have put
+	// it there: answered from last-known-good instead, it would otherwise
+	// stay out of the tier meant for it as long as its node stays busy.
+	// The flight's store lock orders it with an invalidation heard
+	// meanwhile, as for a shared-tier hit.
+	if j.f.beginStore() {
+		n.putHot(j.key, m, local.SizeClass(cap(m.raw)), now)
+	}
+	j.f.endStore()
 	res, err := n.served(m, SourceMemoryForBusyNode)
 	return outcome{res, err}, true
 }

@@ -60,12 +60,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 	// The envelope as allocated: its capacity, rounded up as the
 	// allocator does (a 16 KiB value in its 40-byte envelope takes 18 KiB).
 	held := local.SizeClass(cap(m.raw))
-	if n.hot != nil && !n.hotOff.Load() && n.admitHot(key, now) {
-		// Never past the soft time: a hot-tier hit is always fresh.
-		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
-			n.hot.Set(key, *m, held, exp)
-		}
-	}
+	n.putHot(key, m, held, now)
 	if n.lkg != nil {
 		// Only a newer load replaces what last-known-good holds: copies
 		// of a key in the shared tier can hold different loads of it (a
@@ -91,6 +86,16 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 			n.lkg.Delete(key)
 		default:
 			n.lkg.Set(key, *m, held, n.staleUntil(m))
+		}
+	}
+}
+
+// putHot puts m, held bytes, in the hot tier if key may enter it now.
+func (n *Namespace) putHot(key string, m *meta, held, now int64) {
+	if n.hot != nil && !n.hotOff.Load() && n.admitHot(key, now) {
+		// Never past the soft time: a hot-tier hit is always fresh.
+		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
+			n.hot.Set(key, *m, held, exp)
 		}
 	}
 }
