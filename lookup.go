@@ -110,9 +110,9 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 // invalidation nor a cached not-found, found current (loaded, or read from
 // the shared tier) since the invalidation stream was last heard again and
 // with the stream heard now, so that no invalidation of it can have gone
-// by unheard. That is the guarantee a
-// hot-tier copy has; a copy that lacks it is read from the tier as usual.
-// A refresh never takes this path: it is there to read past what is held.
+// by unheard. That is the guarantee a hot-tier copy has; a copy that lacks
+// it is read from the tier as usual. A refresh never takes this path: it is
+// there to read past what is held.
 func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 	if j.refreshOf != 0 || !n.levelingOn() {
 		return outcome{}, false
