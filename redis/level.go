@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -52,9 +53,12 @@ var _ tier.Leveler = (*Tier)(nil)
 // shard's: kept by the node, so that they outlast slot map refreshes (a
 // failover starts the shard's anew).
 type levelState struct {
-	round              uint64  // nodeSet.levelRound when last measured
-	reads, asked, shed uint64  // the counters then
-	sent               float64 // reads a second the node answered
+	round                        uint64  // nodeSet.levelRound when last measured
+	reads, asked, shed, failures uint64  // the counters then
+	sent                         float64 // reads a second the node answered
+	// failing: the node failed a request in the last interval (a frozen
+	// node not yet ejected): it counts as taking no reads.
+	failing bool
 	// On a shard's primary: the Shed calls a second, those answered yes,
 	// and the correction to the modelled shed share (see level).
 	askedAvg, shedAvg, corr float64
@@ -111,13 +115,14 @@ func (s *nodeSet) level(dt time.Duration) {
 	// Each node's reads, and each primary's asks and sheds.
 	for _, n := range tp.nodes {
 		st := &n.level
-		reads, asked, shed := n.reads.load(), n.levelAsked.load(), n.levelShed.load()
+		reads, asked, shed, failures := n.reads.load(), n.levelAsked.load(), n.levelShed.load(), n.failures.load()
 		if st.round != s.levelRound {
 			// Not measured last interval (new to the map, or back in
 			// it): its averages start anew from this interval.
-			*st = levelState{reads: reads, asked: asked, shed: shed}
+			*st = levelState{reads: reads, asked: asked, shed: shed, failures: failures}
 		}
 		st.round = s.levelRound + 1
+		st.failing, st.failures = failures != st.failures, failures
 		avg(&st.sent, reads, st.reads)
 		avg(&st.askedAvg, asked, st.asked)
 		avg(&st.shedAvg, shed, st.shed)
@@ -136,7 +141,7 @@ func (s *nodeSet) level(dt time.Duration) {
 		l := shardLoad{primary: p, ask: p.level.askedAvg}
 		for _, n := range sh.nodes {
 			l.sent += n.level.sent
-			if !n.ejected.Load() && n.ready.Load() {
+			if !n.ejected.Load() && n.ready.Load() && !n.level.failing {
 				l.live++
 				l.busiest = max(l.busiest, n.level.sent)
 			}
@@ -186,9 +191,22 @@ func (s *nodeSet) level(dt time.Duration) {
 		}
 		if l.ask > 0 && l.busiest > 0 {
 			// Shedding a share x of the asked reads takes about
-			// x·ask·busiest/sent off the busiest node.
-			need := (l.busiest - target) / l.busiest * l.sent / l.ask
-			st.corr += levelGain * need
+			// x·ask·busiest/sent off the busiest node. The busiest of a
+			// shard's nodes is above the mean by chance alone, by about
+			// the noise of a count of a second's reads (√rate): only what
+			// is beyond twice that is corrected, or evenly loaded nodes
+			// would shed for their noise.
+			noise := 2 * math.Sqrt(l.busiest)
+			excess := l.busiest - target
+			switch {
+			case excess > noise:
+				excess -= noise
+			case excess > -noise:
+				excess = 0
+			default:
+				excess += noise
+			}
+			st.corr += levelGain * excess / l.busiest * l.sent / l.ask
 		}
 		share := min(1, max(0, model+st.corr))
 		st.corr = share - model // no more correction than the share can take
