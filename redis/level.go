@@ -53,12 +53,13 @@ var _ tier.Leveler = (*Tier)(nil)
 // shard's: kept by the node, so that they outlast slot map refreshes (a
 // failover starts the shard's anew).
 type levelState struct {
-	round                        uint64  // nodeSet.levelRound when last measured
-	reads, asked, shed, failures uint64  // the counters then
-	sent                         float64 // reads a second the node answered
-	// failing: the node failed a request in the last interval (a frozen
-	// node not yet ejected): it counts as taking no reads.
-	failing bool
+	round              uint64 // nodeSet.levelRound when last measured
+	reads, asked, shed uint64 // the counters then
+	// sent is the requests a second the node answered or failed: a node
+	// that fails its reads (frozen, not yet ejected; slow past the read
+	// budget) is sent them all the same, and counting only its answers
+	// would make its shard look idle and every other one busy.
+	sent float64
 	// On a shard's primary: the Shed calls a second, those answered yes,
 	// and the correction to the modelled shed share (see level).
 	askedAvg, shedAvg, corr float64
@@ -115,14 +116,13 @@ func (s *nodeSet) level(dt time.Duration) {
 	// Each node's reads, and each primary's asks and sheds.
 	for _, n := range tp.nodes {
 		st := &n.level
-		reads, asked, shed, failures := n.reads.load(), n.levelAsked.load(), n.levelShed.load(), n.failures.load()
+		reads, asked, shed := n.reads.load()+n.failures.load(), n.levelAsked.load(), n.levelShed.load()
 		if st.round != s.levelRound {
 			// Not measured last interval (new to the map, or back in
 			// it): its averages start anew from this interval.
-			*st = levelState{reads: reads, asked: asked, shed: shed, failures: failures}
+			*st = levelState{reads: reads, asked: asked, shed: shed}
 		}
 		st.round = s.levelRound + 1
-		st.failing, st.failures = failures != st.failures, failures
 		avg(&st.sent, reads, st.reads)
 		avg(&st.askedAvg, asked, st.asked)
 		avg(&st.shedAvg, shed, st.shed)
@@ -141,7 +141,7 @@ func (s *nodeSet) level(dt time.Duration) {
 		l := shardLoad{primary: p, ask: p.level.askedAvg}
 		for _, n := range sh.nodes {
 			l.sent += n.level.sent
-			if !n.ejected.Load() && n.ready.Load() && !n.level.failing {
+			if !n.ejected.Load() && n.ready.Load() {
 				l.live++
 				l.busiest = max(l.busiest, n.level.sent)
 			}
