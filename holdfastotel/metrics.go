@@ -323,7 +323,7 @@ func newCacheGauges(m metric.Meter) (*cacheGauges, error) {
 	var g cacheGauges
 	var errs [7]error
 	g.capability, errs[0] = m.Int64ObservableGauge("holdfast.capability", metric.WithUnit("1"),
-		metric.WithDescription("1 when the namespace uses the shared tier's capability (attribute holdfast.capability: versions, leases, smearing, hot_sharing, stream), else 0."))
+		metric.WithDescription("1 when the namespace uses the shared tier's capability (attribute holdfast.capability: versions, leases, smearing, hot_sharing, stream, leveling), else 0."))
 	g.inFlight, errs[1] = m.Int64ObservableGauge("holdfast.loads.in_flight", metric.WithUnit("{load}"),
 		metric.WithDescription("Loader calls holding a slot of the cache-wide load limit."))
 	g.hottest, errs[2] = m.Float64ObservableGauge("holdfast.hottest_key.rate", metric.WithUnit("{read}/s"),
@@ -356,7 +356,7 @@ func (g *cacheGauges) observeCapabilities(obs metric.Observer, ns string, cp hol
 	for _, c := range []struct {
 		name string
 		on   bool
-	}{{"versions", cp.Versions}, {"leases", cp.Leases}, {"smearing", cp.Smearing}, {"hot_sharing", cp.HotSharing}, {"stream", cp.Stream}} {
+	}{{"versions", cp.Versions}, {"leases", cp.Leases}, {"smearing", cp.Smearing}, {"hot_sharing", cp.HotSharing}, {"stream", cp.Stream}, {"leveling", cp.Leveling}} {
 		v := int64(0)
 		if c.on {
 			v = 1

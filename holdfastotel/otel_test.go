@@ -140,7 +140,8 @@ func TestMetricsEqualStats(t *testing.T) {
 	st := ns.Stats()
 	got := map[string]int64{}
 	var loads uint64
-	var nodeReads, breakerOpens, leases, halfOpen int64
+	var nodeReads, breakerOpens, halfOpen int64
+	caps := map[string]int64{} // holdfast.capability by name, namespace product
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
@@ -161,8 +162,8 @@ func TestMetricsEqualStats(t *testing.T) {
 					capName, isCap := p.Attributes.Value("holdfast.capability")
 					state, isState := p.Attributes.Value("holdfast.breaker.state")
 					switch v, ok := p.Attributes.Value("holdfast.namespace"); {
-					case isCap && capName.AsString() == "leases" && ok && v.AsString() == "product":
-						leases = p.Value
+					case isCap && ok && v.AsString() == "product":
+						caps[capName.AsString()] = p.Value
 					case isState && state.AsString() == "half_open":
 						halfOpen = p.Value
 					case ok && v.AsString() == "product" && !isCap:
@@ -209,8 +210,12 @@ func TestMetricsEqualStats(t *testing.T) {
 	if nodeReads != 7 || breakerOpens != 3 || halfOpen != 1 {
 		t.Errorf("node reads %d, breaker opens %d, half-open %d; want 7, 3, 1", nodeReads, breakerOpens, halfOpen)
 	}
-	if leases != 1 {
-		t.Errorf("holdfast.capability{leases} = %d, want 1", leases)
+	// Every capability has its series: the inmem tier coordinates but
+	// does not level.
+	for name, want := range map[string]int64{"versions": 1, "leases": 1, "smearing": 0, "hot_sharing": 0, "stream": 1, "leveling": 0} {
+		if got, ok := caps[name]; !ok || got != want {
+			t.Errorf("holdfast.capability{%s} = %d (reported %t), want %d", name, got, ok, want)
+		}
 	}
 }
 

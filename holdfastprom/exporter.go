@@ -175,7 +175,7 @@ func newExporter(c *holdfast.Cache, o Options) *Exporter {
 		}, []string{"namespace", "outcome"}),
 		inFlight: prom.NewDesc("holdfast_loads_in_flight", "Loader calls holding a slot of the cache-wide load limit.", nil, nil),
 		capability: prom.NewDesc("holdfast_capability",
-			"1 when the namespace uses the shared tier's capability (versions, leases, smearing, hot_sharing, stream), else 0.",
+			"1 when the namespace uses the shared tier's capability (versions, leases, smearing, hot_sharing, stream, leveling), else 0.",
 			[]string{"namespace", "capability"}, nil),
 		hotKeyRate: prom.NewDesc("holdfast_hot_key_reads_per_second",
 			"Estimated read rate of the hottest keys, at most MaxHotKeyLabels per namespace, of the namespaces in Options.HotKeyLabels only.",
@@ -214,7 +214,7 @@ func (e *Exporter) Collect(ch chan<- prom.Metric) {
 			for _, c := range []struct {
 				name string
 				on   bool
-			}{{"versions", cp.Versions}, {"leases", cp.Leases}, {"smearing", cp.Smearing}, {"hot_sharing", cp.HotSharing}, {"stream", cp.Stream}} {
+			}{{"versions", cp.Versions}, {"leases", cp.Leases}, {"smearing", cp.Smearing}, {"hot_sharing", cp.HotSharing}, {"stream", cp.Stream}, {"leveling", cp.Leveling}} {
 				v := 0.0
 				if c.on {
 					v = 1
