@@ -18,8 +18,8 @@ import (
 // fleet is lost at peak, a dozen such nodes carry the fleet.
 //
 // The Cache holds many of those keys already, in copies as good as the
-// node's (tier.Leveler says which). So every levelEvery the tier measures,
-// per shard, the reads its nodes were sent and the reads it shed, over
+// node's (it decides which; see tier.Leveler). So every levelEvery the tier
+// measures, per shard, the reads its nodes were sent and the reads it shed, over
 // about a second, and how many of them the Cache asked to shed (the reads
 // it could answer from memory); it finds the per-node load c that the
 // nodes would carry if no node carried more than LevelAbove times the mean
@@ -43,7 +43,7 @@ const (
 	// levelMinPerNode is the mean rate, in reads a second per node, below
 	// which nothing is shed: a tier that idles has no node to spare.
 	levelMinPerNode = 10
-	// shedOne is a shed share of 1 (shard.shed is in 1/shedOne).
+	// shedOne is a shed share of 1 (node.shedShare is in 1/shedOne).
 	shedOne = 1 << 16
 )
 

@@ -170,15 +170,26 @@ func slotRanges(n int) [][2]int {
 	return out
 }
 
-// meetFrom has the node at addr meet every other node; errors are left to
-// waitKnown's next look.
+// meetFrom has the node at addr meet every other node, and every other node
+// meet it: a handshake the busy machine let time out on one side may
+// complete from the other. Errors are left to waitKnown's next look.
 func (c *Cluster) meetFrom(addr string, buses []int) {
+	host, port, _ := net.SplitHostPort(addr)
+	bus := ""
+	for j, m := range c.Nodes {
+		if m.Addr() == addr {
+			bus = strconv.Itoa(buses[j])
+		}
+	}
 	for j, m := range c.Nodes {
 		if m.Addr() == addr {
 			continue
 		}
-		host, port, _ := net.SplitHostPort(m.Addr())
-		_, _ = Command(addr, time.Second, "CLUSTER", "MEET", host, port, strconv.Itoa(buses[j]))
+		mhost, mport, _ := net.SplitHostPort(m.Addr())
+		_, _ = Command(addr, time.Second, "CLUSTER", "MEET", mhost, mport, strconv.Itoa(buses[j]))
+		if bus != "" {
+			_, _ = Command(m.Addr(), time.Second, "CLUSTER", "MEET", host, port, bus)
+		}
 	}
 }
 
