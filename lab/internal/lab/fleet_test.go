@@ -1,10 +1,14 @@
 package lab
 
 import (
+	"context"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
 // The layout puts every node on exactly one host, 2 primaries and 2
@@ -165,5 +169,39 @@ func TestSlotRanges(t *testing.T) {
 		if size := r[i][1] - r[i][0] + 1; size != 546 && size != 547 {
 			t.Errorf("range %v has %d slots", r[i], size)
 		}
+	}
+}
+
+// A Cluster that does not form says which node is behind, which nodes it
+// lacks and what they log; a node that exited ends the wait at once.
+func TestWaitKnownSaysWhy(t *testing.T) {
+	c := &Cluster{Nodes: make([]*redistest.Process, 3)}
+	buses := make([]int, 3)
+	defer c.Close()
+	for i := range c.Nodes {
+		var err error
+		if c.Nodes[i], buses[i], err = launchFleetNode(time.Second); err != nil {
+			c.Nodes = c.Nodes[:i]
+			t.Fatal(err)
+		}
+	}
+	// Never met: each node knows only itself.
+	err := c.waitKnown(context.Background(), buses, time.Second)
+	if err == nil {
+		t.Fatal("three nodes never met formed a Cluster")
+	}
+	for _, n := range c.Nodes[1:] {
+		if want := "missing " + n.Addr() + " (knows 1 nodes; log: "; !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	c.Nodes[2].Kill()
+	start := time.Now()
+	err = c.waitKnown(context.Background(), buses, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), c.Nodes[2].Addr()+" exited while the Cluster formed") {
+		t.Errorf("after a node was killed: %v", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("waited %v for a node that had exited", d)
 	}
 }
