@@ -2,7 +2,8 @@
 # Installs the servers the tests start for themselves, from Debian's packages,
 # when they are missing: redis-server (the Redis tier, Cluster and lab tests)
 # and PostgreSQL (the catalog store's PostgreSQL suite, run through
-# pg_ctlcluster). Nothing is started here; each test starts its own server on
+# pg_ctlcluster), and the tools of the lab's network namespace test (iproute2,
+# util-linux). Nothing is started here; each test starts its own server on
 # a free loopback port and removes it afterwards.
 set -euo pipefail
 
@@ -11,6 +12,11 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql-common)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+# The lab's grey-node test shapes a loopback of its own: ip and tc make and
+# shape it, unshare makes the network namespace.
+PATH=$PATH:/usr/sbin:/sbin
+command -v tc >/dev/null 2>&1 && command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

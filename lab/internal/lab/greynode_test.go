@@ -221,18 +221,20 @@ func TestGreyProxyDelay(t *testing.T) {
 }
 
 // grey-node end to end, shortened, in a network namespace of its own: the
-// test binary runs TestGreyNodeInOwnNetwork again under unshare -n. Skipped
-// where a namespace cannot be made (not root, no unshare or ip or tc).
+// test binary runs TestGreyNodeInOwnNetwork again under unshare -n. It
+// fails, never skips, where a namespace cannot be made (not root, no
+// unshare, ip or tc; scripts/install-test-deps.sh installs them): a
+// skipped run would look green and prove nothing of grey nodes.
 func TestGreyNodeSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3+3 Cluster twice")
 	}
 	if _, err := exec.LookPath("tc"); err != nil {
-		t.Skip("no tc:", err)
+		t.Fatal("no tc (run scripts/install-test-deps.sh):", err)
 	}
 	cmd, err := OwnNetworkCommand([]string{"-test.run=^TestGreyNodeInOwnNetwork$", "-test.v"})
 	if err != nil {
-		t.Skip("no network namespace of its own:", err)
+		t.Fatal("no network namespace of its own (root, unshare and ip are needed):", err)
 	}
 	var out strings.Builder
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, &out, &out
