@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -45,6 +46,25 @@ const (
 	// shedOne is a shed share of 1 (node.shedShare is in 1/shedOne).
 	shedOne = 1 << 16
 )
+
+// sentNoise is the standard deviation of a node's measured rate (its
+// moving average of reads a second), per square root of the rate: reads
+// that arrive at random give each interval's count a variance equal to
+// its mean, and the moving average keeps levelWeight/(2-levelWeight) of
+// an interval's variance.
+var sentNoise = math.Sqrt(levelWeight / (2 - levelWeight) / levelEvery.Seconds())
+
+// maxOfNormal[k] is the expected largest of k independent standard normal
+// draws: how far, in standard deviations, the busiest of k evenly loaded
+// nodes is measured above their mean by noise alone.
+var maxOfNormal = [...]float64{0, 0, 0.5642, 0.8463, 1.0294, 1.1630, 1.2672, 1.3522, 1.4236}
+
+// noiseAbove is how far the busiest of a shard's live nodes, measured at
+// rate busiest, reads above the others by chance alone.
+func noiseAbove(live, busiest float64) float64 {
+	k := min(int(live), len(maxOfNormal)-1)
+	return maxOfNormal[k] * sentNoise * math.Sqrt(busiest)
+}
 
 var _ tier.Leveler = (*Tier)(nil)
 
@@ -190,13 +210,20 @@ func (s *nodeSet) level(dt time.Duration) {
 		}
 		if l.ask > 0 && l.busiest > 0 {
 			// Shedding a share x of the asked reads takes about
-			// x·ask·busiest/sent off the busiest node. No dead band for
-			// the noise of the counts: at a few dozen reads a second per
-			// node one wide enough to matter left the model's share
-			// alone to act, and the busiest node over 1.2 times the mean
-			// after a loss; what noise sheds is answered from copies as
-			// current as the node's.
-			st.corr += levelGain * (l.busiest - target) / l.busiest * l.sent / l.ask
+			// x·ask·busiest/sent off the busiest node. The busiest of
+			// two evenly loaded nodes reads above their mean by chance
+			// (at 25 reads a second, by about a tenth): taken as load,
+			// that ratcheted the correction up on every shard of an
+			// even Cluster until it shed most of what it could, and a
+			// frozen node's ejector then saw too few of its reads fail
+			// to eject it within a second. So the noise expected of the
+			// busiest node is taken off; a shard down to one node has
+			// none to take off, and its correction acts in full (a dead
+			// band instead, two standard deviations wide, left the
+			// busiest node of a fleet that lost a fifth of its nodes at
+			// 1.23 times the mean).
+			excess := l.busiest - noiseAbove(l.live, l.busiest) - target
+			st.corr += levelGain * excess / l.busiest * l.sent / l.ask
 		}
 		share := min(1, max(0, model+st.corr))
 		st.corr = share - model // no more correction than the share can take

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -168,6 +169,129 @@ func TestShedOnlyWhereNodesAreUneven(t *testing.T) {
 	for i := range 1000 {
 		if tr.Shed(fmt.Sprintf("product:%d", i)) {
 			t.Fatalf("an idle, even Cluster shed product:%d", i)
+		}
+	}
+}
+
+// levelSim drives nodeSet.level on a made-up slot map, without servers:
+// reads arrive at random (Poisson), the Cache could answer every one from
+// memory and asks Shed, and those not shed go to a live node of the
+// key's shard picked at random, as routing.go sends them.
+type levelSim struct {
+	s      *nodeSet
+	shards [][]*node
+	rng    *rand.Rand
+	rate   float64 // reads a second per shard
+}
+
+func newLevelSim(shards, nodesPerShard int, rate float64) *levelSim {
+	sim := &levelSim{s: &nodeSet{o: ClusterOptions{LevelAbove: DefaultLevelAbove}}, rng: rand.New(rand.NewPCG(1, 2)), rate: rate}
+	tp := &topology{}
+	for i := range shards {
+		var sh shard
+		for j := range nodesPerShard {
+			n := &node{addr: fmt.Sprintf("127.0.0.1:%d", 7000+10*i+j)}
+			n.ready.Store(true)
+			sh.nodes = append(sh.nodes, n)
+			tp.nodes = append(tp.nodes, n)
+		}
+		sim.shards = append(sim.shards, sh.nodes)
+		tp.shards = append(tp.shards, sh)
+	}
+	sim.s.topo.Store(tp)
+	return sim
+}
+
+// poisson draws a count of mean m (Knuth's method; m is small here).
+func (sim *levelSim) poisson(m float64) int {
+	limit, k, p := math.Exp(-m), 0, 1.0
+	for {
+		p *= sim.rng.Float64()
+		if p <= limit {
+			return k
+		}
+		k++
+	}
+}
+
+// step is one levelEvery of reads, then a leveling round; it returns each
+// node's reads in the interval.
+func (sim *levelSim) step() map[*node]int {
+	got := map[*node]int{}
+	for _, sh := range sim.shards {
+		p := sh[0]
+		var live []*node
+		for _, n := range sh {
+			if !n.ejected.Load() {
+				live = append(live, n)
+			}
+		}
+		share := uint32(p.shedShare.Load())
+		for range sim.poisson(sim.rate * levelEvery.Seconds()) {
+			p.levelAsked.add(1)
+			if share > 0 && sim.rng.Uint32N(shedOne) < share {
+				p.levelShed.add(1)
+				continue
+			}
+			n := live[sim.rng.IntN(len(live))]
+			n.reads.add(1)
+			got[n]++
+		}
+	}
+	sim.s.level(levelEvery)
+	return got
+}
+
+// meanShare runs rounds steps and returns the shard's mean shed share over
+// the last half of them, and its nodes' reads over the last half.
+func (sim *levelSim) run(rounds int) (share []float64, reads map[*node]int) {
+	share = make([]float64, len(sim.shards))
+	reads = map[*node]int{}
+	for r := range rounds {
+		got := sim.step()
+		if r < rounds/2 {
+			continue
+		}
+		for i, sh := range sim.shards {
+			share[i] += float64(sh[0].shedShare.Load()) / shedOne / float64(rounds-rounds/2)
+		}
+		for n, c := range got {
+			reads[n] += c
+		}
+	}
+	return share, reads
+}
+
+// An evenly loaded Cluster sheds next to nothing: the busiest node of each
+// shard reads above the mean by chance, and that is not load to level.
+// Taken as load, it drove every shard's share past 0.7 at this rate.
+func TestLevelEvenClusterShedsLittle(t *testing.T) {
+	for _, rate := range []float64{50, 200, 2000} { // per shard: 25, 100, 1,000 per node
+		sim := newLevelSim(3, 2, rate)
+		share, _ := sim.run(2400) // 10 simulated minutes
+		for i, sh := range share {
+			if sh > 0.05 {
+				t.Errorf("%v reads/s per shard: shard %d shed %.3f of its reads on average, want <= 0.05 (all %.3f)", rate, i, sh, share)
+			}
+		}
+	}
+}
+
+// A shard down to one node is levelled to near LevelAbove times the mean.
+func TestLevelLoneNodeShed(t *testing.T) {
+	for _, rate := range []float64{50, 200, 2000} {
+		sim := newLevelSim(4, 2, rate)
+		sim.shards[0][1].ejected.Store(true)
+		share, reads := sim.run(2400)
+		var sum, top float64
+		for _, c := range reads {
+			sum += float64(c)
+			top = max(top, float64(c))
+		}
+		ratio := top / (sum / 7) // 7 live nodes
+		t.Logf("%v reads/s per shard: shares %.3f, busiest node %.2f times the mean", rate, share, ratio)
+		if share[0] < 0.2 || ratio > 1.25 {
+			t.Errorf("%v reads/s per shard: the lone node's shard shed %.3f, busiest node %.2f times the mean; want > 0.2 and <= 1.25", rate, share[0], ratio)
 		}
 	}
 }

@@ -457,6 +457,23 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 	t.Logf("ns %+v", st)
 }
 
+// getShared reads key until it is a shared-tier hit. On a busy machine a
+// read can outlast the slow-read delay and be answered from memory while it
+// goes on: the tier was asked, and the key's next read is a hit. Any other
+// source, or 10 slow reads in a row, fails the test.
+func (rp *readPath) getShared(t *testing.T, when, key string, l holdfast.Loader) {
+	t.Helper()
+	for try := 1; ; try++ {
+		res := rp.get(t, key, l, time.Second)
+		if res.Source == holdfast.SourceShared {
+			return
+		}
+		if res.Source != holdfast.SourceMemoryOnSlowRead || try == 10 {
+			t.Fatalf("%s: %q from %v (read %d)", when, key, res.Source, try)
+		}
+	}
+}
+
 // TestReadPathRecoveryClosesBreaker: with Redis frozen, reads open the
 // breaker and are served from memory (not waiting past the slow-read
 // delay), then from last-known-good (bypassed);
@@ -473,9 +490,7 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 		waitFlight(t, rp, k) // the flight writes to Redis after answering
 	}
 	for _, k := range keys {
-		if res := rp.get(t, k, l, time.Second); res.Source != holdfast.SourceShared {
-			t.Fatalf("before freeze: %q from %v", k, res.Source)
-		}
+		rp.getShared(t, "before freeze", k, l)
 	}
 	rp.srv.Freeze()
 	deadline := time.Now().Add(5 * time.Second)
@@ -493,12 +508,10 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 	waitShared(t, rp, "a", l, 10*time.Second)
 	before := rp.ns.Stats()
 	for _, k := range keys {
-		if res := rp.get(t, k, l, time.Second); res.Source != holdfast.SourceShared {
-			t.Fatalf("after thaw: %q from %v", k, res.Source)
-		}
+		rp.getShared(t, "after thaw", k, l)
 	}
 	after, ts := rp.ns.Stats(), rp.tier.Stats()
-	if after.SharedHits-before.SharedHits != uint64(len(keys)) || after.SharedBypassed != before.SharedBypassed || ts.BreakerState != redis.BreakerClosed {
+	if after.SharedHits-before.SharedHits < uint64(len(keys)) || after.SharedBypassed != before.SharedBypassed || ts.BreakerState != redis.BreakerClosed {
 		t.Fatalf("after thaw: ns %+v, tier %+v", after, ts)
 	}
 	if n := l.total(); n != len(keys) {
@@ -513,7 +526,12 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 // caller gets the loaded value, Stats.Corrupt counts it, nothing panics, and
 // the loaded value replaces the junk in Redis.
 func TestReadPathCorruptBytes(t *testing.T) {
-	rp := newReadPath(t, redis.Options{}, holdfast.Options{}, policyLKG)
+	// Every read here must reach Redis and decode what it holds: on a busy
+	// machine one slower than the slow-read delay would be answered from
+	// the copy in memory instead, and the junk under it never read.
+	p := policyLKG
+	p.SlowReadGrace = -1
+	rp := newReadPath(t, redis.Options{}, holdfast.Options{}, p)
 	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rp.srv.Addr()}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
