@@ -242,8 +242,8 @@ func (sim *levelSim) step() map[*node]int {
 	return got
 }
 
-// meanShare runs rounds steps and returns the shard's mean shed share over
-// the last half of them, and its nodes' reads over the last half.
+// run runs rounds steps and returns each shard's mean shed share over
+// the last half of them, and each node's reads over the last half.
 func (sim *levelSim) run(rounds int) (share []float64, reads map[*node]int) {
 	share = make([]float64, len(sim.shards))
 	reads = map[*node]int{}
