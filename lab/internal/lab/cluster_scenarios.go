@@ -311,23 +311,22 @@ func (r *freezeRun) extra(f *Fixture, res *ModeResult) {
 // that started a loop: empty answers, misses, a storm of writes, the sync
 // buffer overflowed and the resync failed again. The naive mode reads
 // replicas here as such deployments do (ReaderConfig.ReadReplicas), with
-// nothing that checks a replica has its data. rueidis does not check it:
-// it routes by CLUSTER SLOTS alone. What ends the naive mode's reads of the
-// empty replica is Redis: the kill closes rueidis's connection, rueidis
-// reads CLUSTER SLOTS again after a random delay under 1 s, and Redis 7
-// leaves out of it a replica that has replicated nothing yet (and rueidis
-// does not read it again in the run, so the replica gets no more reads
-// once in sync either). A client whose topology still listed the replica
-// would read it empty for the whole resync. Figures:
-// unready_replica_reads, the reads it answered before it was ready — from the
-// client's per-node counters in the holdfast mode (ready = the tier's
-// readiness), cross-checked with the new process's own INFO commandstats (GET
-// + MGET calls); in the naive mode, which has no per-node counters, from INFO
-// alone (ready = synced by its own INFO). And what those reads cost: the
-// misses and loader calls from the restart until the replica was ready
-// (misses_during_resync, loads_during_resync) beside the same counts over a
-// window of the same length just before the restart (*_before_resync), when
-// every key was in Redis.
+// nothing that checks a replica has its data, through a client that routes
+// by CLUSTER NODES read when it starts, as Lettuce does by default
+// (ReaderConfig.RouteByClusterNodes): the restarted replica keeps its share
+// of the reads for its whole resync. (rueidis's cluster client routes by
+// CLUSTER SLOTS, re-reads it after the kill closes its connection, and
+// Redis 7 leaves a replica that has replicated nothing out of it, so with
+// rueidis the count hung on when that re-read came: between 0 and 26 reads
+// across runs.) Figures: unready_replica_reads, the reads it answered before
+// it was ready — from the client's per-node counters in the holdfast mode
+// (ready = the tier's readiness), cross-checked with the new process's own
+// INFO commandstats (GET + MGET calls); in the naive mode, which has no
+// per-node counters, from INFO alone (ready = synced by its own INFO). And
+// what those reads cost: the misses and loader calls from the restart until
+// the replica was ready (misses_during_resync, loads_during_resync) beside
+// the same counts over a window of the same length just before the restart
+// (*_before_resync), when every key was in Redis.
 func replicaResync(o Options) Plan {
 	d := o.length(baseDuration)
 	ks := keyScale(o)
@@ -339,7 +338,7 @@ func replicaResync(o Options) Plan {
 	p["fill_value_bytes"] = 100
 	p["fault"] = "SIGKILL one replica at fault_start_s and restart it at once, empty (no persistence), on the same port and node id: full resync"
 	p["ready"] = "holdfast: the tier's readiness (NodeStats State); naive: the replica's INFO (master_link_status:up, master_sync_in_progress:0, loading:0)"
-	p["naive_redis_client"] = "rueidis cluster client, read-only commands to a node picked at random among the slot's primary and replicas (SendToReplicas + ReadNodeSelector, as go-redis RouteRandomly), no replica readiness check, no client-side cache, no retries, no node health"
+	p["naive_redis_client"] = "a rueidis client per node, routed by CLUSTER NODES read once when the client starts (as Lettuce, Spring's default Redis client, with its default of no topology refresh); a GET goes to a node picked at random among the slot's primary and replicas (Lettuce ReadFrom ANY, go-redis RouteRandomly), SET and DEL to the primary; no replica readiness check, no client-side cache, no retries, no node health"
 	p["resync_window"] = "from the replica's kill until it was ready (as in ready); *_before_resync: a window of the same length just before the kill (from the run's start if shorter, before_resync_window_ms)"
 	p["misses"] = "naive: GETs answered empty (misses) and failed GETs (redis_get_errors), each followed by a load and a SET; holdfast: hf_shared_misses and hf_shared_errors"
 	run := func(ctx context.Context, o Options, m Mode) (ModeResult, error) {
@@ -347,6 +346,7 @@ func replicaResync(o Options) Plan {
 		t := clusterTraffic(d, keys)
 		t.Window = w
 		t.Reader.ReadReplicas = true
+		t.Reader.RouteByClusterNodes = true
 		t.Setup = func(f *Fixture) error { return r.setup(f, keys, fill) }
 		t.Faults = []Fault{
 			{At: 0, Name: "count before restart", Do: r.countBefore},
@@ -356,7 +356,7 @@ func replicaResync(o Options) Plan {
 		return t.RunMode(ctx, o, m)
 	}
 	return Plan{Params: p, Duration: d, Window: w, RunMode: run,
-		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads; naive > 0, each read a miss and a load (misses_during_resync, loads_during_resync) where the same length before the restart had none, until rueidis re-reads the topology after the kill and Redis 7 leaves the empty replica out of it"}
+		Figure: "unready_replica_reads = 0 for holdfast, cross-checked by unready_replica_server_reads; naive > 0, each read a miss and a load (misses_during_resync, loads_during_resync) where the same length before the restart had none"}
 }
 
 // resyncRun is one mode's run of replica-resync.
@@ -674,28 +674,13 @@ func slotOwners(addr string) (owner [16384]string, _ error) {
 	if err != nil {
 		return owner, fmt.Errorf("CLUSTER NODES: %w", err)
 	}
-	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 || !strings.Contains(f[2], "master") {
-			continue
-		}
-		a, _, _ := strings.Cut(f[1], "@")
-		for _, r := range f[8:] {
-			if strings.HasPrefix(r, "[") {
-				continue // a slot migrating or importing
-			}
-			lo, hi, ok := strings.Cut(r, "-")
-			if !ok {
-				hi = lo
-			}
-			first, err1 := strconv.Atoi(lo)
-			last, err2 := strconv.Atoi(hi)
-			if err1 != nil || err2 != nil || first < 0 || last >= len(owner) {
-				return owner, fmt.Errorf("CLUSTER NODES: bad slot range %q", r)
-			}
-			for i := first; i <= last; i++ {
-				owner[i] = a
-			}
+	r, err := parseClusterNodes(s)
+	if err != nil {
+		return owner, err
+	}
+	for i, sh := range r.slot {
+		if sh >= 0 {
+			owner[i] = r.addrs[r.shards[sh][0]]
 		}
 	}
 	return owner, nil

@@ -32,8 +32,10 @@ import (
 // Redis command timeout a production autocomplete service adopted after an
 // outage.
 type Naive struct {
-	c       rueidis.Client
+	c       rueidis.Client // the cluster (or single-server) client; nil when routed
+	routed  *nodesRouted   // ReaderConfig.RouteByClusterNodes
 	opt     rueidis.ClientOption
+	seeds   []string
 	load    func(ctx context.Context, key string) ([]byte, error)
 	ttl     time.Duration
 	timeout time.Duration
@@ -49,16 +51,24 @@ func NewNaive(ctx context.Context, cfg ReaderConfig) (Reader, error) {
 	if len(cfg.RedisAddrs) == 0 {
 		return nil, errors.New("naive mode needs a Redis address")
 	}
-	t := cfg.timeout()
-	c, err := rueidis.NewClient(naiveOptions(cfg))
-	if err != nil {
-		return nil, fmt.Errorf("naive: rueidis client: %w", err)
-	}
 	ttl := cfg.TTL
 	if ttl <= 0 {
 		ttl = time.Minute
 	}
-	n := &Naive{c: c, opt: naiveOptions(cfg), load: cfg.Load, ttl: ttl, timeout: t}
+	n := &Naive{opt: naiveOptions(cfg), load: cfg.Load, ttl: ttl, timeout: cfg.timeout(), seeds: cfg.RedisAddrs}
+	if cfg.RouteByClusterNodes {
+		r, err := dialNodesRouted(cfg.RedisAddrs, n.opt)
+		if err != nil {
+			return nil, fmt.Errorf("naive: %w", err)
+		}
+		n.routed = r
+	} else {
+		c, err := rueidis.NewClient(n.opt)
+		if err != nil {
+			return nil, fmt.Errorf("naive: rueidis client: %w", err)
+		}
+		n.c = c
+	}
 	if cfg.LocalTTL > 0 {
 		return &LocalTTL{Naive: n, ttl: cfg.LocalTTL, m: map[string]localEntry{}}, nil
 	}
@@ -98,6 +108,15 @@ func randomNode(_ uint16, nodes []rueidis.NodeInfo) int { return rand.IntN(len(n
 // once the replicas are in sync, as a service started against a running
 // cluster would have them.
 func (n *Naive) redial() error {
+	if n.routed != nil {
+		r, err := dialNodesRouted(n.seeds, n.opt)
+		if err != nil {
+			return fmt.Errorf("naive: %w", err)
+		}
+		n.routed.Close()
+		n.routed = r
+		return nil
+	}
 	c, err := rueidis.NewClient(n.opt)
 	if err != nil {
 		return fmt.Errorf("naive: rueidis client: %w", err)
@@ -107,11 +126,27 @@ func (n *Naive) redial() error {
 	return nil
 }
 
+// reader is the client a read of key goes to (the cluster client routes
+// it on; nodesRouted picks the node here), nil when routed and no node
+// serves key's slot.
+func (n *Naive) reader(key string) rueidis.Client {
+	if n.routed != nil {
+		return n.routed.read(key)
+	}
+	return n.c
+}
+
+// writer is the client a write of key goes to: its slot's primary.
+func (n *Naive) writer(key string) rueidis.Client {
+	if n.routed != nil {
+		return n.routed.write(key)
+	}
+	return n.c
+}
+
 // Get is cache-aside: GET, on miss or error load, then SET.
 func (n *Naive) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	gctx, cancel := context.WithTimeout(ctx, n.timeout)
-	v, err := n.c.Do(gctx, n.c.B().Get().Key(key).Build()).AsBytes()
-	cancel()
+	v, err := n.get(ctx, key)
 	switch {
 	case err == nil:
 		n.hits.Add(1)
@@ -129,10 +164,7 @@ func (n *Naive) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		n.loadErrors.Add(1)
 		return nil, false, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, n.timeout)
-	err = n.c.Do(sctx, n.c.B().Set().Key(key).Value(rueidis.BinaryString(v)).Px(n.ttl).Build()).Error()
-	cancel()
-	if err != nil {
+	if err := n.set(ctx, key, v); err != nil {
 		n.setErrors.Add(1) // swallowed, as production cache adapters do: a failed put never fails the read
 	}
 	return v, false, nil
@@ -142,9 +174,35 @@ func (n *Naive) Get(ctx context.Context, key string) ([]byte, bool, error) {
 // read the old value before the write can still SET it afterwards: the race
 // stale-set-race measures.
 func (n *Naive) Invalidate(ctx context.Context, key string) error {
+	c := n.writer(key)
+	if c == nil {
+		return errNoSlotOwner
+	}
 	dctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
-	return n.c.Do(dctx, n.c.B().Del().Key(key).Build()).Error()
+	return c.Do(dctx, c.B().Del().Key(key).Build()).Error()
+}
+
+// get is one GET of key with the timeout.
+func (n *Naive) get(ctx context.Context, key string) ([]byte, error) {
+	c := n.reader(key)
+	if c == nil {
+		return nil, errNoSlotOwner
+	}
+	gctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
+	return c.Do(gctx, c.B().Get().Key(key).Build()).AsBytes()
+}
+
+// set is one SET of key with the TTL and the timeout.
+func (n *Naive) set(ctx context.Context, key string, v []byte) error {
+	c := n.writer(key)
+	if c == nil {
+		return errNoSlotOwner
+	}
+	sctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
+	return c.Do(sctx, c.B().Set().Key(key).Value(rueidis.BinaryString(v)).Px(n.ttl).Build()).Error()
 }
 
 // Stats returns the hit, miss and Redis error counts.
@@ -160,6 +218,10 @@ func (n *Naive) Stats() map[string]float64 {
 
 // Close closes the client.
 func (n *Naive) Close() error {
+	if n.routed != nil {
+		n.routed.Close()
+		return nil
+	}
 	n.c.Close()
 	return nil
 }

@@ -79,6 +79,13 @@ type ReaderConfig struct {
 	// Writes still go to the primary. holdfast ignores it (its tier reads
 	// the primary and the replicas it finds ready).
 	ReadReplicas bool
+	// RouteByClusterNodes makes the naive mode's reads of replicas go
+	// through a client that reads its topology from CLUSTER NODES once, as
+	// Lettuce (Spring's default Redis client) does by default, instead of
+	// rueidis's cluster client, which routes by CLUSTER SLOTS and re-reads
+	// it after a connection closes (nodesRouted says what differs). Needs
+	// ReadReplicas' cluster; holdfast ignores it.
+	RouteByClusterNodes bool
 	// Timeout is the naive mode's per-command Redis timeout (100 ms, as a
 	// production autocomplete service set it) and holdfast's read budget.
 	// Zero means 100 ms.
