@@ -77,6 +77,12 @@ go test -race -count=1 -timeout 12m "${tests[@]}"
 step "lab module tests (race detector on)"
 go test -race -count=1 -timeout 12m ./lab/...
 
+step "heap measures (race detector off)"
+# TestIndexBytes measures the live heap of stores of up to 18 MiB: under the
+# race detector it takes minutes and measures nothing more, so the run above
+# skips it and it runs here, in a second.
+go test -count=1 -run '^TestIndexBytes$' ./internal/local
+
 step "decoder fuzzing (short): envelopes, stream announcements"
 # A count, not a duration: with a duration Go's fuzzing coordinator can fail
 # the run with a bare "context deadline exceeded" when a worker on a busy

@@ -57,6 +57,7 @@ func TestCostMatchesHeap(t *testing.T) {
 // evictions. It is at most what Cost charges for it (mapEntryBytes).
 func TestIndexBytes(t *testing.T) {
 	if testing.Short() || local.RaceEnabled {
+		// scripts/test.sh runs it again without the race detector.
 		t.Skip("fills stores of up to 18 MiB; the race detector adds nothing to a heap measure but minutes")
 	}
 	for _, perShard := range []int64{130, 1060, 4240} { // just past 128, 1024, 4096
