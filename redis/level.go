@@ -82,8 +82,6 @@ type levelState struct {
 	// On a shard's primary: the Shed calls a second, those answered yes,
 	// and the correction to the modelled shed share (see level).
 	askedAvg, shedAvg, corr float64
-	// askedNow is the last interval's Shed calls a second.
-	askedNow float64
 }
 
 // Shed implements tier.Leveler: it reports, for a read of key the Cache
@@ -146,10 +144,6 @@ func (s *nodeSet) level(dt time.Duration) {
 		st.round = s.levelRound + 1
 		avg(&st.sent, reads, st.reads)
 		avg(&st.askedAvg, asked, st.asked)
-		st.askedNow = 0
-		if asked >= st.asked {
-			st.askedNow = float64(asked-st.asked) / secs
-		}
 		avg(&st.shedAvg, shed, st.shed)
 		st.reads, st.asked, st.shed = reads, asked, shed
 	}
@@ -163,16 +157,7 @@ func (s *nodeSet) level(dt time.Duration) {
 	var nodes, demand, sent float64
 	for _, sh := range tp.shards {
 		p := sh.nodes[0]
-		// The share that sheds a given number of reads is worked out
-		// from the reads asked. When the Cache starts asking (when it
-		// starts to hold copies, or the reads begin after a warm-up),
-		// their average climbs from nothing over about a second, and a
-		// share worked out from it came out several times too large:
-		// an even Cluster whose warm-up had sent its reads to the
-		// primaries shed 30–45% of them for seconds, and a primary
-		// frozen then was ejected up to 0.8 s late. The last interval's
-		// count is taken when it is the larger.
-		l := shardLoad{primary: p, ask: max(p.level.askedAvg, p.level.askedNow)}
+		l := shardLoad{primary: p, ask: p.level.askedAvg}
 		for _, n := range sh.nodes {
 			l.sent += n.level.sent
 			if !n.ejected.Load() && n.ready.Load() {

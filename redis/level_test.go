@@ -277,37 +277,6 @@ func TestLevelEvenClusterShedsLittle(t *testing.T) {
 	}
 }
 
-// When the Cache starts asking (here after a warm-up whose reads, of keys
-// just written, all went to the primaries and were not asked), the shares
-// stay small: the asks' average, climbing from nothing, made the
-// correction several times too large, and an even Cluster shed 0.50–0.76
-// of its reads on average over the next 3 s (the primaries' warm-up reads
-// still in the nodes' averages are a real excess, for a second; what is
-// left of the transient is that).
-func TestLevelNoOvershootWhenAskingStarts(t *testing.T) {
-	for _, rate := range []float64{50, 100, 200, 2000} {
-		sim := newLevelSim(3, 2, rate)
-		for range 8 { // 2 s of warm-up: unasked reads, all to the primary
-			for _, sh := range sim.shards {
-				sh[0].reads.add(sim.poisson(sim.rate * levelEvery.Seconds()))
-			}
-			sim.s.level(levelEvery)
-		}
-		var mean float64
-		const rounds = 12 // 3 s
-		for range rounds {
-			sim.step()
-			for _, sh := range sim.shards {
-				mean += float64(sh[0].shedShare.Load()) / shedOne / float64(rounds*len(sim.shards))
-			}
-		}
-		t.Logf("%v reads/s per shard: mean shed share %.3f over the 3 s after the Cache starts asking", rate, mean)
-		if mean > 0.35 {
-			t.Errorf("%v reads/s per shard: mean shed share %.3f over the 3 s after the Cache starts asking, want <= 0.35", rate, mean)
-		}
-	}
-}
-
 // A shard down to one node is levelled to near LevelAbove times the mean.
 func TestLevelLoneNodeShed(t *testing.T) {
 	for _, rate := range []float64{50, 200, 2000} {
