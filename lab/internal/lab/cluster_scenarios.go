@@ -670,11 +670,7 @@ func readCalls(info map[string]string) int64 {
 // slotOwners maps every hash slot to its primary's address, from CLUSTER
 // NODES as addr sees it.
 func slotOwners(addr string) (owner [16384]string, _ error) {
-	s, err := Command(addr, time.Second, "CLUSTER", "NODES")
-	if err != nil {
-		return owner, fmt.Errorf("CLUSTER NODES: %w", err)
-	}
-	r, err := parseClusterNodes(s)
+	r, err := clusterNodesAt(addr)
 	if err != nil {
 		return owner, err
 	}

@@ -46,17 +46,13 @@ type nodesRouted struct {
 // seeds that answers and builds a client per node listed (failed nodes left
 // out) with opt's settings.
 func dialNodesRouted(seeds []string, opt rueidis.ClientOption) (*nodesRouted, error) {
-	var text string
-	var err error
+	var r *nodesRouted
+	err := errors.New("no seed address")
 	for _, a := range seeds {
-		if text, err = Command(a, time.Second, "CLUSTER", "NODES"); err == nil {
+		if r, err = clusterNodesAt(a); err == nil {
 			break
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("CLUSTER NODES: %w", err)
-	}
-	r, err := parseClusterNodes(text)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +70,16 @@ func dialNodesRouted(seeds []string, opt rueidis.ClientOption) (*nodesRouted, er
 		r.nodes = append(r.nodes, c)
 	}
 	return r, nil
+}
+
+// clusterNodesAt reads the topology from addr's CLUSTER NODES, without
+// clients.
+func clusterNodesAt(addr string) (*nodesRouted, error) {
+	text, err := Command(addr, time.Second, "CLUSTER", "NODES")
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER NODES: %w", err)
+	}
+	return parseClusterNodes(text)
 }
 
 // parseClusterNodes reads CLUSTER NODES' lines (id, ip:port@cport, flags,
