@@ -225,7 +225,8 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 			n.ctr.inc(evLoadTimeout)
 		}
 		if n.backoff != nil {
-			n.backoff.Set(key, struct{}{}, 0, n.now()+int64(n.p.LoadErrorBackoff))
+			now := n.now()
+			n.backoff.Set(key, struct{}{}, 0, now+int64(n.p.LoadErrorBackoff), now)
 		}
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))

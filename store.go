@@ -80,12 +80,12 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 			// lookup.
 			d := *old
 			d.current = m.current
-			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d))
+			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d), now)
 		case old != nil && m.origin <= old.origin:
 		case m.negative:
 			n.lkg.Delete(key)
 		default:
-			n.lkg.Set(key, *m, held, n.staleUntil(m))
+			n.lkg.Set(key, *m, held, n.staleUntil(m), now)
 		}
 	}
 }
@@ -95,7 +95,7 @@ func (n *Namespace) putHot(key string, m *meta, held, now int64) {
 	if n.hot != nil && !n.hotOff.Load() && n.admitHot(key, now) {
 		// Never past the soft time: a hot-tier hit is always fresh.
 		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
-			n.hot.Set(key, *m, held, exp)
+			n.hot.Set(key, *m, held, exp, now)
 		}
 	}
 }
@@ -118,7 +118,7 @@ func (n *Namespace) keepAsFallback(f *flight, key string, m *meta) {
 	}
 	d := *m
 	d.demoted = true
-	n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d))
+	n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d), now)
 }
 
 // admitHot reports whether key may enter the hot tier now.

@@ -185,7 +185,7 @@ func (n *Namespace) invalidatedElsewhere(key string, at int64) {
 		if m := n.lkg.Get(key, now); m != nil && m.origin <= at && !m.demoted {
 			d := *m
 			d.demoted = true
-			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(m))
+			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(m), now)
 			applied = true
 		}
 	}

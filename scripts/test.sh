@@ -83,7 +83,7 @@ step "heap measures (race detector off)"
 # skips it and it runs here, in a second.
 go test -count=1 -run '^TestIndexBytes$' ./internal/local
 
-step "decoder fuzzing (short): envelopes, stream announcements"
+step "fuzzing (short): envelopes, stream announcements, the store's eviction"
 # A count, not a duration: with a duration Go's fuzzing coordinator can fail
 # the run with a bare "context deadline exceeded" when a worker on a busy
 # machine is mid-call as the time runs out (no input found, nothing to
@@ -92,6 +92,9 @@ go test -run '^$' -fuzz '^FuzzDecodeEntry$' -fuzztime 300000x ./tier
 # The invalidation stream's messages come off a pub/sub channel anyone with
 # access to the server can publish on.
 go test -run '^$' -fuzz '^FuzzDecodeAnnouncement$' -fuzztime 300000x ./redis
+# The in-process store's eviction bookkeeping against a model of what was
+# written: about 10 s here when idle.
+go test -run '^$' -fuzz '^FuzzPolicy$' -fuzztime 100000x ./internal/local
 
 step "bench module: tests, and every benchmark once"
 # -short: a benchmark whose figure is invalid on a machine this busy (the

@@ -18,7 +18,7 @@ func BenchmarkGet(b *testing.B) {
 		b.Run(fmt.Sprintf("index/%d", keys), func(b *testing.B) {
 			s := New[[]byte](1 << 30)
 			for _, k := range names {
-				s.Set(k, make([]byte, 16), 16, 1<<62)
+				s.Set(k, make([]byte, 16), 16, 1<<62, 0)
 			}
 			walk(b, names, func(k string) bool { return s.Get(k, 0) != nil })
 		})
@@ -36,8 +36,8 @@ func BenchmarkGet(b *testing.B) {
 				if 0 >= n.expires {
 					return false
 				}
-				if !n.referenced.Load() {
-					n.referenced.Store(true)
+				if !n.read.Load() {
+					n.read.Store(true)
 				}
 				return true
 			})

@@ -18,12 +18,19 @@ import "slices"
 // checks it against the heap.
 const mapEntryBytes = 24
 
+// sketchEntryBytes is what one entry costs in its shard's frequency sketch:
+// a word of 16 counters an entry, the words a power of two, so 8 to 16
+// bytes (see sketch.ensure). Charged at its largest, as the index's share
+// is, and measured with it by TestIndexBytes.
+const sketchEntryBytes = 16
+
 // Cost is what an entry of key whose value holds held bytes (see Set) costs
-// in s: the key's bytes and the node as allocated, the map's share and held.
+// in s: the key's bytes and the node as allocated, the map's and the
+// sketch's shares and held.
 // Each store charges the whole of it, so two stores sharing a key or a
 // value's bytes each count them.
 func (s *Store[V]) Cost(key string, held int64) int64 {
-	return SizeClass(len(key)) + s.nodeBytes + mapEntryBytes + held
+	return SizeClass(len(key)) + s.nodeBytes + mapEntryBytes + sketchEntryBytes + held
 }
 
 // sizeClasses are the sizes the Go allocator hands out for objects up to

@@ -28,13 +28,13 @@ func TestSizeClass(t *testing.T) {
 }
 
 // What an entry is charged: its key's bytes and its node as allocated, the
-// map's share, and what the caller says its value holds.
+// map's and the sketch's shares, and what the caller says its value holds.
 func TestCost(t *testing.T) {
 	s := New[struct{}](1 << 20)
 	if s.nodeBytes != SizeClass(int(unsafe.Sizeof(node[struct{}]{}))) || s.nodeBytes < int64(unsafe.Sizeof(node[struct{}]{})) {
 		t.Fatalf("node of %d bytes charged %d", unsafe.Sizeof(node[struct{}]{}), s.nodeBytes)
 	}
-	fixed := s.nodeBytes + mapEntryBytes
+	fixed := s.nodeBytes + mapEntryBytes + sketchEntryBytes
 	for _, c := range []struct {
 		key  string
 		held int64
@@ -51,13 +51,13 @@ func TestCost(t *testing.T) {
 			t.Errorf("Cost(%d-byte key, %d held) = %d, want %d", len(c.key), c.held, got, c.want)
 		}
 	}
-	s.Set("k", struct{}{}, 100, 1<<62)
+	s.Set("k", struct{}{}, 100, 1<<62, 0)
 	if st := s.Stats(); st.Bytes != fixed+8+100 {
 		t.Fatalf("Stats().Bytes = %d after one entry costing %d", st.Bytes, fixed+8+100)
 	}
 	// A value too large for a shard is refused by its whole cost.
 	per := s.shards[0].maxBytes
-	if s.Set("k", struct{}{}, per-fixed, 1<<62) {
+	if s.Set("k", struct{}{}, per-fixed, 1<<62, 0) {
 		t.Fatal("stored an entry whose cost is over a shard's share")
 	}
 }

@@ -6,3 +6,6 @@ func Shards[V any](s *Store[V]) int { return len(s.shards) }
 
 // MapEntryBytes is the index's share of an entry's cost.
 const MapEntryBytes = mapEntryBytes
+
+// SketchEntryBytes is the frequency sketch's share of an entry's cost.
+const SketchEntryBytes = sketchEntryBytes

@@ -26,7 +26,7 @@ func TestCostMatchesHeap(t *testing.T) {
 			_, err := memtest.Fill(func(keys []string) error {
 				for _, k := range keys {
 					v := make([]byte, size)
-					s.Set(k, v, local.SizeClass(cap(v)), 1<<62)
+					s.Set(k, v, local.SizeClass(cap(v)), 1<<62, 0)
 				}
 				return nil
 			}, func() int { return s.Stats().Entries })
@@ -52,30 +52,40 @@ func TestCostMatchesHeap(t *testing.T) {
 	}
 }
 
-// The index's share of an entry, measured at its worst: each shard just past
-// a doubling of its bucket table, the store filled and then replaced by
-// evictions. It is at most what Cost charges for it (mapEntryBytes).
+// The index's and the sketch's share of an entry, measured at their worst:
+// each shard just past a doubling of its bucket table and of its sketch, the
+// store filled and then replaced by evictions. It is at most what Cost
+// charges for them (mapEntryBytes and sketchEntryBytes).
 func TestIndexBytes(t *testing.T) {
 	if testing.Short() || local.RaceEnabled {
 		// scripts/test.sh runs it again without the race detector.
 		t.Skip("fills stores of up to 18 MiB; the race detector adds nothing to a heap measure but minutes")
 	}
-	for _, perShard := range []int64{130, 1060, 4240} { // just past 128, 1024, 4096
-		base := memtest.LiveHeap()
-		shards := int64(local.Shards(local.New[[]byte](0)))
-		cost := local.New[[]byte](0).Cost("q:0000000000", 0)
+	cost := local.New[[]byte](0).Cost("q:0000000000", 0)
+	for _, perShard := range []int64{130, 1060, 4240, 8400} { // just past 128, 1024, 4096, 8192
+		// The shards a store has depend on its budget: find the count
+		// that gives each shard perShard entries.
+		shards := int64(1024)
+		for {
+			n := int64(local.Shards(local.New[[]byte](perShard * shards * cost)))
+			if n == shards {
+				break
+			}
+			shards = n
+		}
 		budget := perShard * shards * cost
+		base := memtest.LiveHeap()
 		s := local.New[[]byte](budget)
 		for i := range 2 * budget / cost {
-			s.Set(fmt.Sprintf("q:%010d", i), nil, 0, 1<<62)
+			s.Set(fmt.Sprintf("q:%010d", i), nil, 0, 1<<62, 0)
 		}
 		heap := memtest.LiveHeap() - base
 		st := s.Stats()
 		runtime.KeepAlive(s)
-		index := float64(heap)/float64(st.Entries) - float64(cost-local.MapEntryBytes)
-		t.Logf("%d entries in a store of %d bytes: the index takes %.1f bytes an entry", st.Entries, budget, index)
-		if index > local.MapEntryBytes {
-			t.Errorf("the index takes %.1f bytes an entry; Cost charges %d", index, local.MapEntryBytes)
+		shares := float64(heap)/float64(st.Entries) - float64(cost-local.MapEntryBytes-local.SketchEntryBytes)
+		t.Logf("%d entries in %d shards, %d bytes: the index and the sketch take %.1f bytes an entry", st.Entries, shards, budget, shares)
+		if shares > local.MapEntryBytes+local.SketchEntryBytes {
+			t.Errorf("the index and the sketch take %.1f bytes an entry; Cost charges %d", shares, local.MapEntryBytes+local.SketchEntryBytes)
 		}
 	}
 }

