@@ -20,9 +20,10 @@ import (
 //   - an ejector (ejector.go): ConsecutiveFailures timeouts or connection
 //     errors in a row, or FailureRate of MinRequests, take the node out of
 //     the read and write paths; a background PING on jittered exponential
-//     backoff (250 ms doubling to 10 s) brings it back. At most
-//     MaxEjectedShare of the nodes are out at once: past that the tier fails
-//     open and the tier's breaker sees the failures;
+//     backoff (ProbeInterval, 250 ms, doubling up to MaxProbeInterval,
+//     1 s) brings it back. At most MaxEjectedShare of the nodes are out at
+//     once: past that the tier fails open and the tier's breaker sees the
+//     failures;
 //   - a watchdog (watchdog.go) that closes a connection with a request
 //     outstanding and nothing received for SilentConnTimeout (1 s);
 //   - readiness (readiness.go), polled in the background every second, each

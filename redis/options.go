@@ -83,7 +83,7 @@ type Options struct {
 	// MaxStoredBytes is the largest value Set accepts, as stored: the
 	// Cache's envelope adds at most tier.HeaderSize bytes to every value,
 	// so the default, 1 MiB + tier.HeaderSize, takes every value that the
-	// Cache's default Policy.MaxStoredBytes (1 MiB) lets it cache. A larger
+	// Cache's default Policy.MaxValueBytes (1 MiB) lets it cache. A larger
 	// one is refused with an error wrapping holdfast.ErrTooLarge and nothing
 	// is sent.
 	MaxStoredBytes int
