@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/redistest"
 	"github.com/holdfast-dev/holdfast/tier"
@@ -25,7 +26,7 @@ func conformance(t *testing.T, addrs []string) {
 		New: func(t *testing.T) func(*testing.T) tier.Tier {
 			prefix := fmt.Sprintf("conform%d:", n.Add(1))
 			return func(t *testing.T) tier.Tier {
-				tr, err := New(Options{Addrs: addrs, KeyPrefix: prefix})
+				tr, err := New(conformanceOptions(addrs, prefix))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -51,6 +52,23 @@ func brokenHashTag(key string) bool {
 	}
 	closing := strings.IndexByte(key[open+1:], '}')
 	return closing <= 0
+}
+
+// conformanceOptions are the defaults with budgets of seconds: the suite
+// checks what the tier answers, and a call that outlasts a 50 ms read
+// budget on a loaded machine fails as the tier is meant to (the budgets
+// have tests of their own), which would tell the suite nothing.
+func conformanceOptions(addrs []string, prefix string) Options {
+	const budget = 5 * time.Second
+	return Options{
+		Addrs:        addrs,
+		KeyPrefix:    prefix,
+		ReadBudget:   budget,
+		WriteTimeout: budget,
+		DialTimeout:  budget,
+		PingTimeout:  budget,
+		Cluster:      ClusterOptions{SilentConnTimeout: budget},
+	}
 }
 
 func TestConformanceStandalone(t *testing.T) {
