@@ -170,7 +170,8 @@ func TestWaiterLeavesOnItsOwnContext(t *testing.T) {
 
 func TestLoaderPanicBecomesErrorForEveryWaiter(t *testing.T) {
 	c := newCache(t, holdfast.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ns := newNS(t, c, "product", holdfast.Policy{})
+	// The backoff is off: the next read shows the key free at once.
+	ns := newNS(t, c, "product", holdfast.Policy{LoadErrorBackoff: -1})
 	gate := make(chan struct{})
 	var calls atomic.Int64
 	boom := errors.New("boom")
@@ -196,7 +197,7 @@ func TestLoaderPanicBecomesErrorForEveryWaiter(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("loader calls = %d, want 1", calls.Load())
 	}
-	// Errors are not cached: the next read loads again.
+	// The flight ended with the panic: the next read loads again.
 	if res := mustGet(t, ns, "k", &countingLoader{}); string(res.Value) != "v1:k" {
 		t.Fatalf("after a panic: got %q", res.Value)
 	}
@@ -212,9 +213,11 @@ func TestLoadTimeoutBoundsTheLoad(t *testing.T) {
 	}
 }
 
-func TestLoaderErrorsAreNotCached(t *testing.T) {
+// With LoadErrorBackoff off, a failure is not remembered: every read of a
+// failing key calls the loader.
+func TestLoaderErrorsAreNotCachedWithoutBackoff(t *testing.T) {
 	c := newCache(t, holdfast.Options{})
-	ns := newNS(t, c, "product", holdfast.Policy{})
+	ns := newNS(t, c, "product", holdfast.Policy{LoadErrorBackoff: -1})
 	bad := &countingLoader{err: errors.New("db down")}
 	for i := 1; i <= 3; i++ {
 		if _, err := ns.Get(context.Background(), "k", bad); err == nil || !errors.Is(err, bad.err) {
@@ -519,7 +522,8 @@ func TestInvalidateRemovesEveryTier(t *testing.T) {
 func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared, ReplayInterval: 10 * time.Millisecond, MaxPendingInvalidations: 1})
-	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour})
+	// The backoff is off: the read after the outage loads at once.
+	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour, LoadErrorBackoff: -1})
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l)
 	mustGet(t, ns, "p2", l)
@@ -980,8 +984,8 @@ func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
 	}
 }
 
-// A source that is down gets one call per key per LoadErrorBackoff while
-// stale values can be served, not one per read.
+// A source that is down gets one call per key per LoadErrorBackoff, not
+// one per read: reads in between get a stale value, or the load's error.
 func TestLoadErrorBackoff(t *testing.T) {
 	clk := fakeclock.New(t0)
 	c := newCache(t, holdfast.Options{Clock: clk})
@@ -1003,15 +1007,17 @@ func TestLoadErrorBackoff(t *testing.T) {
 	if down.calls.Load() != 2 {
 		t.Fatalf("loader calls = %d after the backoff, want 2", down.calls.Load())
 	}
-	// A key with nothing stale still reaches the loader every time.
-	for range 3 {
-		ns.Get(context.Background(), "nothing-stale", down)
+	// A key with nothing stale gets the load's error, without a call.
+	for i := range 3 {
+		if _, err := ns.Get(context.Background(), "nothing-stale", down); !errors.Is(err, down.err) {
+			t.Fatalf("read %d of a key with nothing stale: err %v, want the load's", i, err)
+		}
 	}
-	if down.calls.Load() != 5 {
-		t.Fatalf("loader calls = %d; reads with nothing stale must not be held back", down.calls.Load())
+	if down.calls.Load() != 3 {
+		t.Fatalf("loader calls = %d; want one for the key with nothing stale", down.calls.Load())
 	}
-	if st := ns.Stats(); st.ErrorBackoffs != 49 {
-		t.Fatalf("error backoffs = %d, want 49", st.ErrorBackoffs)
+	if st := ns.Stats(); st.ErrorBackoffs != 49+2 {
+		t.Fatalf("error backoffs = %d, want 51", st.ErrorBackoffs)
 	}
 }
 

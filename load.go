@@ -3,6 +3,7 @@ package holdfast
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -56,19 +57,66 @@ func (n *Namespace) prepare(ctx context.Context, j *job) {
 	}
 }
 
-// servedInBackoff answers j with a stale value, without a load, when the
-// loader failed for its key moments ago: one failing call per key per
-// LoadErrorBackoff, not one per read, while a stale value may be served.
+// servedInBackoff answers j without a load while its key's retry is not
+// due (see loadFailed): with a stale value when one may be served, else
+// with the last load's error.
 func (n *Namespace) servedInBackoff(j *job) bool {
-	if n.backoff == nil || n.backoff.Get(j.key, n.now()) == nil {
+	if n.backoff == nil {
 		return false
 	}
-	res, ok := n.stale(j.f, j.key, j.fallback)
-	if ok {
-		n.ctr.inc(evErrorBackoff)
-		j.out, j.done = outcome{res, nil}, true
+	lf := n.backoff.Get(j.key, n.now())
+	if lf == nil || n.now() >= lf.retryAt {
+		return false
 	}
-	return ok
+	n.ctr.inc(evErrorBackoff)
+	res, err := n.failed(j.f, j.key, j.fallback, &loadError{n.name, j.key, lf.err})
+	j.out, j.done = outcome{res, err}, true
+	return true
+}
+
+// loadFailure is a key whose loads have been failing: the last one's
+// error, how many failed in a row, and when the loader may be called again.
+type loadFailure struct {
+	err     error
+	streak  int
+	retryAt int64
+}
+
+// maxLoadErrorBackoff caps a key's wait between failed loads: after a
+// source recovers, a key stays stale or failing at most this long (or its
+// TTL, if shorter), while a long outage costs it about two calls a minute.
+const maxLoadErrorBackoff = 30 * time.Second
+
+// loadFailed notes a failed load of key. Its next load waits
+// LoadErrorBackoff, doubled for each earlier failure in a row, up to
+// the ceiling, and shortened by up to a quarter at random so that keys and
+// processes that failed together do not retry together.
+func (n *Namespace) loadFailed(key string, err error) {
+	if n.backoff == nil {
+		return
+	}
+	now := n.now()
+	streak := 1
+	if old := n.backoff.Get(key, now); old != nil {
+		streak = min(old.streak+1, 64)
+	}
+	ceiling := max(n.p.LoadErrorBackoff, min(maxLoadErrorBackoff, n.p.TTL))
+	step := n.p.LoadErrorBackoff
+	for i := 1; i < streak && step < ceiling; i++ {
+		step *= 2
+	}
+	step = min(step, ceiling)
+	retryAt := now + int64(step) - rand.Int64N(int64(step)/4+1)
+	// Kept a ceiling past the retry, so that a retry that fails too
+	// waits longer.
+	n.backoff.Set(key, loadFailure{err, streak, retryAt}, 0, retryAt+int64(ceiling), now)
+}
+
+// loadSucceeded starts key's backoff over: the source answered.
+func (n *Namespace) loadSucceeded(key string) {
+	if n.backoff != nil && n.backoff.Get(key, n.now()) != nil {
+		n.backoff.Delete(key)
+	}
 }
 
 // loadNow loads the jobs not done yet: the load-error backoff, the
@@ -204,6 +252,9 @@ func (n *Namespace) loadOutcome(ctx context.Context, start time.Time, err error)
 func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta) (out outcome, write *tier.Item) {
 	val, err, start, cost := lo.val, lo.err, lo.start, lo.cost
 	var m meta
+	if err == nil || isNotFound(err) {
+		n.loadSucceeded(key)
+	}
 	switch {
 	case err == nil:
 		if len(val) > n.p.MaxValueBytes {
@@ -224,10 +275,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		if errors.Is(err, context.DeadlineExceeded) {
 			n.ctr.inc(evLoadTimeout)
 		}
-		if n.backoff != nil {
-			now := n.now()
-			n.backoff.Set(key, struct{}{}, 0, now+int64(n.p.LoadErrorBackoff), now)
-		}
+		n.loadFailed(key, err)
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))
 		}

@@ -52,7 +52,7 @@ type Stats struct {
 	LeasesTaken       uint64 // loads this process made holding the key's lease
 	LeaseWaits        uint64 // reads that found another process's lease and waited for its value
 	LeaseGaveUp       uint64 // lease waits that ran out (the holder died or was slow) and loaded instead
-	ErrorBackoffs     uint64 // reads served stale without a load because the key's last load failed within LoadErrorBackoff
+	ErrorBackoffs     uint64 // reads answered without a load, stale or with the last load's error, because the key's loads were failing and its retry was not due (LoadErrorBackoff)
 	SmearedReads      uint64 // shared-tier reads of hot keys sent to one of their copies (tier.Smearer)
 	SmearedWrites     uint64 // shared-tier writes of hot keys to all their copies (tier.Smearer)
 	Superseded        uint64 // shared-tier values loaded before this process's own later invalidation of their key, read as misses (a node that missed the invalidation, as after a failover)

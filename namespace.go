@@ -35,7 +35,7 @@ type Namespace struct {
 	smear    tier.Smearer     // the shared tier, when it smears hot keys
 	// sharedHot is the hot set every process published (Hot.Share).
 	sharedHot atomic.Pointer[sharedHotSet]
-	backoff   *local.Store[struct{}] // keys whose last load failed, until LoadErrorBackoff passes
+	backoff   *local.Store[loadFailure] // keys whose last load failed (LoadErrorBackoff)
 	// hotOff is set while the invalidation stream has gone unheard longer
 	// than Hot.MaxUnheard: the hot tier was emptied and admits nothing.
 	hotOff atomic.Bool
@@ -66,9 +66,9 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		n.hotKeys = hotkey.New(hotkey.Options{Threshold: p.Hot.Threshold, HalfLife: p.Hot.HalfLife, TopK: p.Hot.TopK})
 	}
 	if p.LoadErrorBackoff > 0 {
-		// 1 MiB of memory: an entry takes 216 bytes of node and map
-		// beside its key, so some 4,500 keys of up to 16 bytes.
-		n.backoff = local.New[struct{}](1 << 20)
+		// 1 MiB of memory: an entry takes about 250 bytes of node and
+		// map beside its key, so some 4,000 keys of up to 16 bytes.
+		n.backoff = local.New[loadFailure](1 << 20)
 	}
 	// With a shared tier, last-known-good is what answers while the tier
 	// fails, so that an outage costs one load per key per TTL and not one

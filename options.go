@@ -150,12 +150,18 @@ type Policy struct {
 	// off.
 	SlowReadGrace time.Duration
 
-	// LoadErrorBackoff is how long after a failed load of a key its reads
-	// are served stale, when a stale value may be served, without calling
-	// the loader again: a source that is down gets one call per key per
-	// backoff instead of one per read. Reads with nothing stale to serve
-	// still call the loader (errors are never cached). Default 1 s; a
-	// negative value turns it off.
+	// LoadErrorBackoff is how long after a failed load of a key its
+	// loader is not called again: meanwhile its reads get a stale value
+	// when one may be served, else that load's error, at once. Each
+	// further failure in a row doubles the wait, up to 30 s or the TTL,
+	// whichever is shorter (never below LoadErrorBackoff itself); each
+	// wait is shortened by up to a quarter at random, so that keys and
+	// processes that failed together retry apart; a load that succeeds
+	// (or finds the key missing) starts it over. So a source that is down
+	// for minutes gets about two calls per key per minute from each
+	// process, not one per read, and a key is loaded again at most 30 s
+	// after its source recovers. Default 1 s; a negative value turns it
+	// off: every read with nothing stale to serve calls the loader.
 	LoadErrorBackoff time.Duration
 
 	// NegativeTTL is how long a loader's ErrNotFound is remembered. Default 5

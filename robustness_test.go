@@ -22,7 +22,8 @@ import (
 // loads.
 func TestLoaderGoexitFreesTheKey(t *testing.T) {
 	c := newCache(t, holdfast.Options{})
-	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: 10 * time.Second})
+	// The backoff is off: the next read shows the key free at once.
+	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: 10 * time.Second, LoadErrorBackoff: -1})
 	exit := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
 		runtime.Goexit()
 		return nil, nil
@@ -58,7 +59,8 @@ func TestLoaderIgnoringItsContextAnsweredAtLoadTimeout(t *testing.T) {
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared})
 	const loadTimeout = 200 * time.Millisecond
-	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout})
+	// The backoff is off: the next read shows the key free at once.
+	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout, LoadErrorBackoff: -1})
 	release := make(chan struct{})
 	var calls atomic.Int64
 	stubborn := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {

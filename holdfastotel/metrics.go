@@ -88,7 +88,7 @@ var instruments = []instrument{
 	counter("leases.taken", "{load}", "LeasesTaken", "Loads made holding the key's lease."),
 	counter("lease.waits", "{read}", "LeaseWaits", "Reads that waited for another process's load under its lease."),
 	counter("lease.gave_up", "{read}", "LeaseGaveUp", "Lease waits that ran out and loaded instead."),
-	counter("error_backoffs", "{read}", "ErrorBackoffs", "Reads served stale without a load because the key's last load just failed."),
+	counter("error_backoffs", "{read}", "ErrorBackoffs", "Reads answered without a load, stale or with the last load's error, because the key's loads were failing and its retry was not due."),
 	counter("smeared.reads", "{read}", "SmearedReads", "Shared-tier reads of hot keys sent to one of their copies."),
 	counter("smeared.writes", "{write}", "SmearedWrites", "Shared-tier writes of hot keys to all their copies."),
 	counter("superseded_reads", "{read}", "Superseded", "Shared-tier values older than this process's own invalidation, read as misses."),

@@ -115,7 +115,7 @@ var metrics = []metric{
 	counter("smeared_writes_total", "Shared-tier writes of hot keys to every one of their copies.", func(s holdfast.Stats) uint64 { return s.SmearedWrites }),
 	counter("superseded_reads_total", "Shared-tier values older than this process's own invalidation of their key, read as misses.", func(s holdfast.Stats) uint64 { return s.Superseded }),
 	counter("load_timeouts_total", "Loads whose loader had not returned at LoadTimeout; their readers were answered then.", func(s holdfast.Stats) uint64 { return s.LoadTimeouts }),
-	counter("error_backoffs_total", "Reads served stale without a load because the key's last load failed moments ago.", func(s holdfast.Stats) uint64 { return s.ErrorBackoffs }),
+	counter("error_backoffs_total", "Reads answered without a load, stale or with the last load's error, because the key's loads were failing and its retry was not due.", func(s holdfast.Stats) uint64 { return s.ErrorBackoffs }),
 	counter("invalidations_sent_total", "Keys this process invalidated in the shared tier, each announced to every process (invalidation stream).", func(s holdfast.Stats) uint64 { return s.InvalidationsSent }),
 	counter("invalidations_heard_total", "Announcements of this namespace's invalidations heard on the stream, this process's own included.", func(s holdfast.Stats) uint64 { return s.InvalidationsHeard }),
 	counter("invalidations_applied_total", "Other processes' announcements that dropped or demoted a copy held here.", func(s holdfast.Stats) uint64 { return s.InvalidationsApplied }),
