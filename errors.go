@@ -8,8 +8,8 @@ import (
 // Errors returned by the read path. Check them with errors.Is.
 var (
 	// ErrNotFound is returned by a Loader when the source has no value for a
-	// key; the Cache stores that answer for the namespace's negative TTL and
-	// returns ErrNotFound to its callers.
+	// key; the Cache stores that answer for the namespace's NegativeTTL
+	// (unless it is negative) and returns ErrNotFound to its callers.
 	ErrNotFound = errors.New("holdfast: not found")
 
 	// ErrOverloaded is returned when the load limiter rejected a load and no

@@ -269,6 +269,11 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		}
 	case isNotFound(err):
 		n.ctr.inc(evLoadNotFound)
+		if n.p.NegativeTTL < 0 {
+			n.forget(key)
+			t := start.UnixNano()
+			return outcome{Result{Source: SourceLoaded, NotFound: true, origin: t, soft: t, hard: t}, ErrNotFound}, nil
+		}
 		m = n.newEntry(nil, start.UnixNano(), cost, true, nil)
 	default:
 		n.ctr.inc(evLoadError)
@@ -309,6 +314,18 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		return out, nil
 	}
 	return out, &tier.Item{Key: n.prefix + key, Value: m.raw, TTL: ttl}
+}
+
+// forget drops this process's copies of key, which the source no longer
+// has, when negative caching is off: stale-if-error must not bring back a
+// value the source just said is gone.
+func (n *Namespace) forget(key string) {
+	if n.hot != nil {
+		n.hot.Delete(key)
+	}
+	if n.lkg != nil {
+		n.lkg.Delete(key)
+	}
 }
 
 // writeShared writes items to the shared tier; a failure is counted, never

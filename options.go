@@ -165,7 +165,11 @@ type Policy struct {
 	LoadErrorBackoff time.Duration
 
 	// NegativeTTL is how long a loader's ErrNotFound is remembered. Default 5
-	// seconds. Negative entries are never served stale.
+	// seconds. Negative entries are never served stale. A negative value
+	// turns negative caching off: ErrNotFound is returned to the load's
+	// readers and not stored, so the next read calls the loader again
+	// (this process's copies of an earlier value are dropped; the shared
+	// tier's expire at their TTL).
 	NegativeTTL time.Duration
 
 	// LoadTimeout bounds one load, whatever its callers' contexts: the load
@@ -407,7 +411,7 @@ func (p Policy) withDefaults() (Policy, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"TTL", p.TTL}, {"SoftTTL", p.SoftTTL}, {"StaleIfError", p.StaleIfError}, {"NegativeTTL", p.NegativeTTL}, {"LoadTimeout", p.LoadTimeout}, {"Hot.TTL", p.Hot.TTL}, {"Hot.MaxUnheard", p.Hot.MaxUnheard}} {
+	}{{"TTL", p.TTL}, {"SoftTTL", p.SoftTTL}, {"StaleIfError", p.StaleIfError}, {"LoadTimeout", p.LoadTimeout}, {"Hot.TTL", p.Hot.TTL}, {"Hot.MaxUnheard", p.Hot.MaxUnheard}} {
 		if d.v < 0 {
 			bad("%s %v is negative", d.name, d.v)
 		}

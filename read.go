@@ -50,7 +50,8 @@ func (n *Namespace) finish(j *job) {
 // loader runs once. A value past its soft time is returned at once while one
 // background refresh runs; when fresh data cannot be had, a value within the
 // stale-if-error window is returned (Result.Source says which). A loader's
-// ErrNotFound is cached for NegativeTTL and returned as ErrNotFound.
+// ErrNotFound is cached for NegativeTTL (unless that is negative) and
+// returned as ErrNotFound.
 //
 // ctx bounds only this caller's wait: when it ends, Get returns ctx.Err() and
 // the load goes on for the other waiters. The loader's context carries

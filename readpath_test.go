@@ -303,3 +303,50 @@ func TestReadPathStaleWhileRevalidate(t *testing.T) {
 		}
 	})
 }
+
+// With NegativeTTL negative, a not-found answer is returned and not
+// remembered: each read asks the loader, nothing is written to the shared
+// tier, and this process's copy of an earlier value goes, so that
+// stale-if-error cannot bring it back.
+func TestReadPathNegativeCachingOff(t *testing.T) {
+	forEachReader(t, func(t *testing.T, r reader) {
+		clk := fakeclock.New(t0)
+		shared := inmem.New(clk.Now)
+		c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
+		ns := newNS(t, c, "product", holdfast.Policy{NegativeTTL: -1})
+		var calls atomic.Int64
+		missing := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+			calls.Add(1)
+			return nil, holdfast.ErrNotFound
+		})
+		for i := range 3 {
+			res, err := r.read(context.Background(), ns, "nope", missing)
+			if !errors.Is(err, holdfast.ErrNotFound) || !res.NotFound {
+				t.Fatalf("read %d: err %v, not found %v; want ErrNotFound", i, err, res.NotFound)
+			}
+			settle(t, ns, "nope")
+		}
+		if calls.Load() != 3 {
+			t.Fatalf("loader calls = %d for 3 reads, want 3: nothing remembered", calls.Load())
+		}
+		if _, ok := shared.Raw("product:nope"); ok {
+			t.Fatal("a not-found answer was written to the shared tier")
+		}
+		if st := ns.Stats(); st.NegativeHits != 0 || st.LoadNotFound != 3 {
+			t.Fatalf("negative hits %d, not-found loads %d; want 0 and 3", st.NegativeHits, st.LoadNotFound)
+		}
+
+		// Without a shared tier: the source deletes a key this process
+		// holds a copy of, then fails.
+		local := newNS(t, newCache(t, holdfast.Options{Clock: clk}), "stock", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, NegativeTTL: -1, LoadErrorBackoff: -1})
+		mustRead(t, r, local, "s1", &countingLoader{})
+		clk.Advance(2 * time.Second) // past hard, within stale-if-error
+		if _, err := r.read(context.Background(), local, "s1", missing); !errors.Is(err, holdfast.ErrNotFound) {
+			t.Fatalf("the source deleted the key: err %v, want ErrNotFound", err)
+		}
+		down := &countingLoader{err: errors.New("db down")}
+		if res, err := r.read(context.Background(), local, "s1", down); !errors.Is(err, down.err) {
+			t.Fatalf("then the source failed: %q from %v, %v; want the load's error, not the deleted value", res.Value, res.Source, err)
+		}
+	})
+}
