@@ -1157,3 +1157,48 @@ func TestSpikeKeyPromotedWithDefaults(t *testing.T) {
 	}
 	t.Fatal("not in the hot tier after 1 s of 1,600 reads a second")
 }
+
+// Loads and LoadErrors count loader calls, a GetMany's batch being one;
+// KeysLoaded counts the keys those calls asked for.
+func TestLoadsCountCalls(t *testing.T) {
+	c := newCache(t, holdfast.Options{})
+	ns := newNS(t, c, "product", holdfast.Policy{LoadErrorBackoff: -1})
+	ctx := context.Background()
+	var calls atomic.Int64
+	batch := func(fail error) holdfast.BatchLoader {
+		return holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+			calls.Add(1)
+			if fail != nil {
+				return nil, fail
+			}
+			out := make(map[string][]byte, len(keys))
+			for _, k := range keys {
+				out[k] = []byte("v:" + k)
+			}
+			return out, nil
+		})
+	}
+	if _, errs := ns.GetMany(ctx, []string{"a", "b", "c"}, batch(nil)); errs != nil {
+		t.Fatal(errs)
+	}
+	if st := ns.Stats(); calls.Load() != 1 || st.Loads != 1 || st.KeysLoaded != 3 || st.LoadErrors != 0 {
+		t.Fatalf("a GetMany of 3 cold keys: %d calls; Loads %d, KeysLoaded %d, LoadErrors %d; want 1, 1, 3, 0", calls.Load(), st.Loads, st.KeysLoaded, st.LoadErrors)
+	}
+	down := errors.New("db down")
+	_, errs := ns.GetMany(ctx, []string{"d", "e", "f"}, batch(down))
+	for i, err := range errs {
+		if !errors.Is(err, down) {
+			t.Fatalf("key %d of a failed batch: err %v, want the loader's", i, err)
+		}
+	}
+	if st := ns.Stats(); calls.Load() != 2 || st.Loads != 2 || st.KeysLoaded != 6 || st.LoadErrors != 1 {
+		t.Fatalf("then a failed GetMany of 3 cold keys: %d calls; Loads %d, KeysLoaded %d, LoadErrors %d; want 2, 2, 6, 1", calls.Load(), st.Loads, st.KeysLoaded, st.LoadErrors)
+	}
+	mustGet(t, ns, "g", &countingLoader{})
+	if _, err := ns.Get(ctx, "h", &countingLoader{err: down}); !errors.Is(err, down) {
+		t.Fatalf("a failed Get: err %v, want the loader's", err)
+	}
+	if st := ns.Stats(); st.Loads != 4 || st.KeysLoaded != 8 || st.LoadErrors != 2 {
+		t.Fatalf("then two Gets, one failed: Loads %d, KeysLoaded %d, LoadErrors %d; want 4, 8, 2", st.Loads, st.KeysLoaded, st.LoadErrors)
+	}
+}

@@ -171,7 +171,8 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	for i, j := range toLoad {
 		keys[i] = j.key
 	}
-	n.ctr.add(evLoad, uint64(len(toLoad)))
+	n.ctr.inc(evLoad)
+	n.ctr.add(evKeysLoaded, uint64(len(toLoad)))
 	// ctx has the first reader's values but no cancellation; Close cancels
 	// the loader's context too.
 	lctx, cancel := context.WithTimeout(ctx, n.p.LoadTimeout)
@@ -183,6 +184,12 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	st := n.startStage(lctx, StageLoad)
 	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return src.load(ctx, keys) }, release)
 	lo := n.loadOutcome(lctx, start, err)
+	if lo.err != nil && !isNotFound(lo.err) {
+		n.ctr.inc(evLoadError)
+		if errors.Is(lo.err, context.DeadlineExceeded) {
+			n.ctr.inc(evLoadTimeout)
+		}
+	}
 	if st != nil {
 		st.End(StageResult{Outcome: loadOutcomeName(lo.err), Err: lo.err})
 	}
@@ -276,10 +283,6 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		}
 		m = n.newEntry(nil, start.UnixNano(), cost, true, nil)
 	default:
-		n.ctr.inc(evLoadError)
-		if errors.Is(err, context.DeadlineExceeded) {
-			n.ctr.inc(evLoadTimeout)
-		}
 		n.loadFailed(key, err)
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			n.c.logger().Error("holdfast: loader panicked", "namespace", n.name, "key", key, "panic", pe.Value, "stack", string(pe.Stack))

@@ -29,9 +29,10 @@ type Stats struct {
 	SharedSetErrors   uint64 // failed shared-tier writes (never a failed read)
 	SharedDelErrors   uint64 // failed shared-tier deletes
 	Corrupt           uint64 // stored bytes that failed to decode; read as misses
-	Loads             uint64 // loader calls started
+	Loads             uint64 // loader calls started (a GetMany's batch is one call)
+	KeysLoaded        uint64 // keys those calls asked for: one a Get's, every key of a GetMany's batch
 	LoadErrors        uint64 // loader calls that failed, timed out or panicked
-	LoadNotFound      uint64 // loader calls that returned ErrNotFound
+	LoadNotFound      uint64 // keys the loader found missing (ErrNotFound, or left out of a batch's map)
 	Coalesced         uint64 // reads that waited for another read's load instead of loading
 	Refreshes         uint64 // background refreshes started
 	StaleServed       uint64 // values served between soft and hard time (while revalidating)
@@ -56,7 +57,7 @@ type Stats struct {
 	SmearedReads      uint64 // shared-tier reads of hot keys sent to one of their copies (tier.Smearer)
 	SmearedWrites     uint64 // shared-tier writes of hot keys to all their copies (tier.Smearer)
 	Superseded        uint64 // shared-tier values loaded before this process's own later invalidation of their key, read as misses (a node that missed the invalidation, as after a failover)
-	LoadTimeouts      uint64 // loads whose loader had not returned at LoadTimeout; their readers were answered then
+	LoadTimeouts      uint64 // loader calls that had not returned at LoadTimeout; their readers were answered then
 	SharedHotKeys     uint64 // keys in the hot set shared by every process, as last fetched (a gauge; Hot.Share)
 	HotEntries        uint64 // entries now in the hot tier (a gauge)
 	HotBytes          uint64 // memory the hot tier's entries take, as Hot.MaxBytes counts it (a gauge)
@@ -95,6 +96,7 @@ const (
 	evSharedDelError
 	evCorrupt
 	evLoad
+	evKeysLoaded
 	evLoadError
 	evLoadNotFound
 	evCoalesced
@@ -196,6 +198,7 @@ func (c *counters) snapshot() Stats {
 		SharedDelErrors:   c.sum(evSharedDelError),
 		Corrupt:           c.sum(evCorrupt),
 		Loads:             c.sum(evLoad),
+		KeysLoaded:        c.sum(evKeysLoaded),
 		LoadErrors:        c.sum(evLoadError),
 		LoadNotFound:      c.sum(evLoadNotFound),
 		Coalesced:         c.sum(evCoalesced),

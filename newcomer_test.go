@@ -126,7 +126,7 @@ func TestTypedBatch(t *testing.T) {
 	if err := ty.Invalidate(context.Background(), "a", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if st := ty.Stats(); st.Invalidations != 2 || st.Loads != 3 {
-		t.Fatalf("stats %+v: want 2 invalidations, 3 keys loaded", st)
+	if st := ty.Stats(); st.Invalidations != 2 || st.Loads != 1 || st.KeysLoaded != 3 {
+		t.Fatalf("stats %+v: want 2 invalidations, 1 loader call for 3 keys", st)
 	}
 }

@@ -282,3 +282,49 @@ func TestSpans(t *testing.T) {
 		t.Fatal("no hot hit in the script")
 	}
 }
+
+// A GetMany of 3 cold keys is one loader call for 3 keys; a Get, one for
+// one.
+func TestLoadCallsAndKeys(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	c := newCache(t, holdfast.Options{})
+	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, c, "product", holdfast.Policy{})
+	ctx := context.Background()
+	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		out := make(map[string][]byte, len(keys))
+		for _, k := range keys {
+			out[k] = []byte("v")
+		}
+		return out, nil
+	})
+	if _, errs := ns.GetMany(ctx, []string{"p1", "p2", "p3"}, batch); errs != nil {
+		t.Fatal(errs)
+	}
+	if _, err := ns.Get(ctx, "p4", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range d.DataPoints {
+					if v, ok := p.Attributes.Value("holdfast.namespace"); ok && v.AsString() == "product" {
+						got[m.Name] = p.Value
+					}
+				}
+			}
+		}
+	}
+	loads, keys := holdfastotel.InstrumentName("Loads"), holdfastotel.InstrumentName("KeysLoaded")
+	if keys == "" || got[loads] != 2 || got[keys] != 4 {
+		t.Fatalf("%s = %d, %s = %d; want 2 loader calls for 4 keys", loads, got[loads], keys, got[keys])
+	}
+}

@@ -36,33 +36,57 @@ func TestEveryStatsFieldIsExported(t *testing.T) {
 	}
 }
 
-func TestExporterReportsCounters(t *testing.T) {
+// exported returns a namespace "product" of a new Cache whose metrics are
+// registered in reg.
+func exported(t *testing.T) (reg *prom.Registry, exp *Exporter, ns *holdfast.Namespace) {
+	t.Helper()
 	c, err := holdfast.New(holdfast.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	reg := prom.NewPedanticRegistry()
-	exp, err := Register(reg, c)
-	if err != nil {
+	t.Cleanup(func() { c.Close() })
+	reg = prom.NewPedanticRegistry()
+	if exp, err = Register(reg, c); err != nil {
 		t.Fatal(err)
 	}
-	ns, _ := c.Namespace("product", holdfast.Policy{})
+	if ns, err = c.Namespace("product", holdfast.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	return reg, exp, ns
+}
+
+// The counters are Stats': among them a GetMany of 3 cold keys is one
+// loader call for 3 keys, beside a Get's one for one.
+func TestExporterReportsCounters(t *testing.T) {
+	reg, exp, ns := exported(t)
 	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
 	for range 3 {
 		if _, err := ns.Get(context.Background(), "p1", load); err != nil {
 			t.Fatal(err)
 		}
 	}
+	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		out := make(map[string][]byte, len(keys))
+		for _, k := range keys {
+			out[k] = []byte("v")
+		}
+		return out, nil
+	})
+	if _, errs := ns.GetMany(context.Background(), []string{"p2", "p3", "p4"}, batch); errs != nil {
+		t.Fatal(errs)
+	}
 	want := `
 # HELP holdfast_hot_hits_total Reads answered by the in-process hot tier.
 # TYPE holdfast_hot_hits_total counter
 holdfast_hot_hits_total{namespace="product"} 2
-# HELP holdfast_loads_total Loader calls started.
+# HELP holdfast_keys_loaded_total Keys the loader calls asked for: one per Get's call, every key of a GetMany's batch.
+# TYPE holdfast_keys_loaded_total counter
+holdfast_keys_loaded_total{namespace="product"} 4
+# HELP holdfast_loads_total Loader calls started; a GetMany's batch is one call.
 # TYPE holdfast_loads_total counter
-holdfast_loads_total{namespace="product"} 1
+holdfast_loads_total{namespace="product"} 2
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_hot_hits_total", "holdfast_loads_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_hot_hits_total", "holdfast_loads_total", "holdfast_keys_loaded_total"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(exp, "holdfast_load_duration_seconds"); n != 1 {
