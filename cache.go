@@ -84,6 +84,14 @@ type Result struct {
 	// Collapsed is set when this read waited for another read's fetch
 	// (RFC 9211's "collapsed").
 	Collapsed bool
+	// LoadErr is why a stale value answered instead of a loaded one: the
+	// load failed, timed out or was refused by the load limiter, or the
+	// key's last load failed and its retry is not due (LoadErrorBackoff).
+	// It is the error the read would have returned had nothing stale been
+	// there (errors.Is sees the loader's error through it). Nil on every
+	// other answer, stale-while-revalidate ones included while their
+	// refresh has not failed.
+	LoadErr error
 	// pastSoft is set on a SourceMemoryOnSlowRead answer served past its
 	// soft time, so that Stale tells it from a fresh one.
 	pastSoft bool

@@ -401,12 +401,13 @@ func (n *Namespace) readVersion(ctx context.Context, key string, status tierStat
 }
 
 // failed answers a read whose load failed or was rejected: with the newest
-// stale value still allowed, else with err.
+// stale value still allowed, err as its LoadErr, else with err.
 //
 // The time is read afresh: a load may have run for up to its timeout, and
 // its readers' hard times may have passed meanwhile.
 func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Result, error) {
 	if res, ok := n.stale(f, key, fallback); ok {
+		res.LoadErr = err
 		return res, nil
 	}
 	if errors.Is(err, ErrOverloaded) {

@@ -350,3 +350,67 @@ func TestReadPathNegativeCachingOff(t *testing.T) {
 		}
 	})
 }
+
+// A stale value served because fresh data could not be had carries the
+// reason in Result.LoadErr: the loader's error, the load timeout, or the
+// limiter's refusal. Fresh answers, and stale-while-revalidate answers
+// whose refresh has not failed, carry none.
+func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
+	// setup loads p1 and leaves it past hard, within stale-if-error. Only
+	// the timeout's test has a short LoadTimeout: on a busy machine one
+	// of these loads could reach it, and its error would be the cause.
+	setup := func(t *testing.T, r reader, opts holdfast.Options, loadTimeout time.Duration) (*holdfast.Cache, *holdfast.Namespace) {
+		clk := fakeclock.New(t0)
+		opts.Clock = clk
+		c := newCache(t, opts)
+		ns := newNS(t, c, "product", holdfast.Policy{TTL: 2 * time.Second, SoftTTL: time.Second, StaleIfError: time.Minute,
+			LoadTimeout: loadTimeout, SlowLoadGrace: -1, Hot: holdfast.HotPolicy{Disabled: true}})
+		if res := mustRead(t, r, ns, "p1", &countingLoader{}); res.LoadErr != nil {
+			t.Fatalf("a loaded answer carries LoadErr %v", res.LoadErr)
+		}
+		clk.Advance(1500 * time.Millisecond) // between soft and hard
+		if res := mustRead(t, r, ns, "p1", &countingLoader{}); res.Source != holdfast.SourceStale || res.LoadErr != nil {
+			t.Fatalf("stale-while-revalidate: from %v with LoadErr %v; want stale, none", res.Source, res.LoadErr)
+		}
+		clk.Advance(3 * time.Second)
+		return c, ns
+	}
+	staleBecause := func(t *testing.T, res holdfast.Result, err, cause error) {
+		t.Helper()
+		if err != nil || res.Source != holdfast.SourceStaleOnError || res.Value == nil {
+			t.Fatalf("%q from %v, %v; want a stale-on-error value", res.Value, res.Source, err)
+		}
+		if !errors.Is(res.LoadErr, cause) {
+			t.Fatalf("LoadErr %v, want one wrapping %v", res.LoadErr, cause)
+		}
+	}
+	forEachReader(t, func(t *testing.T, r reader) {
+		t.Run("loader error", func(t *testing.T) {
+			_, ns := setup(t, r, holdfast.Options{}, 0)
+			down := &countingLoader{err: errors.New("db down")}
+			res, err := r.read(context.Background(), ns, "p1", down)
+			staleBecause(t, res, err, down.err)
+			// Within the backoff no call is made; the cause is the same.
+			res, err = r.read(context.Background(), ns, "p1", down)
+			staleBecause(t, res, err, down.err)
+			if down.calls.Load() != 1 {
+				t.Fatalf("loader calls = %d, want 1", down.calls.Load())
+			}
+		})
+		t.Run("load timeout", func(t *testing.T) {
+			_, ns := setup(t, r, holdfast.Options{}, 50*time.Millisecond)
+			stuck := &countingLoader{gate: make(chan struct{})} // never opened
+			res, err := r.read(context.Background(), ns, "p1", stuck)
+			staleBecause(t, res, err, context.DeadlineExceeded)
+		})
+		t.Run("limiter refusal", func(t *testing.T) {
+			c, ns := setup(t, r, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: holdfast.NoLoadWait}, 0)
+			holder := &countingLoader{gate: make(chan struct{})}
+			defer close(holder.gate)
+			go ns.Get(context.Background(), "other", holder)
+			eventually(t, "the other key's load to hold the one slot", func() bool { return c.LoadsInFlight() == 1 })
+			res, err := r.read(context.Background(), ns, "p1", &countingLoader{})
+			staleBecause(t, res, err, holdfast.ErrOverloaded)
+		})
+	})
+}
