@@ -82,11 +82,12 @@ func newHoldfastReader(cfg ReaderConfig, tier tier.Tier) (*holdfastReader, error
 		hot.Keys, hot.Threshold = holdfast.HotDetected, cfg.HotThreshold
 	}
 	ns, err := c.Namespace("lab", holdfast.Policy{
-		TTL:          cfg.TTL,
-		SoftTTL:      soft,
-		StaleIfError: cfg.StaleIfError,
-		Lease:        holdfast.LeasePolicy{Enabled: cfg.Leases},
-		Hot:          hot,
+		TTL:                cfg.TTL,
+		SoftTTL:            soft,
+		StaleIfError:       cfg.StaleIfError,
+		LastKnownGoodBytes: cfg.LastKnownGoodBytes,
+		Lease:              holdfast.LeasePolicy{Enabled: cfg.Leases},
+		Hot:                hot,
 	})
 	if err != nil {
 		c.Close()

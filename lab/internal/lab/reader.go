@@ -66,6 +66,10 @@ type ReaderConfig struct {
 	// warm start off (Hot.NoWarmStart) and keeps the sharing. The naive
 	// mode has neither.
 	HotShare, NoWarmStart bool
+	// LastKnownGoodBytes, when positive, bounds holdfast's last-known-good
+	// store (Policy.LastKnownGoodBytes) below its default. The naive mode
+	// has none.
+	LastKnownGoodBytes int64
 	// LocalTTL, when positive, puts an in-process TTL cache in front of the
 	// naive mode's Redis (the usual two-level cache: a local map whose
 	// entries live LocalTTL, then cache-aside over Redis). Zero: none, every
