@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,4 +62,37 @@ func walk(b *testing.B, names []string, get func(key string) bool) {
 			}
 		}
 	})
+}
+
+// BenchmarkMissSet is a cache's write: a Get that misses, then the Set of
+// the missed key into a full store, which evicts to make room. Keys come
+// from a Zipf (s = 1.1) walk over ten times the keys the store holds, as
+// a read-through cache sees them, so the policy's admission and eviction
+// are in each write.
+//
+//	go test -run '^$' -bench MissSet -count 6 ./internal/local
+func BenchmarkMissSet(b *testing.B) {
+	const held = 16
+	s := New[[]byte](4 << 20)
+	entries := int((4 << 20) / s.Cost("k0000000", held))
+	r := rand.New(rand.NewPCG(1, 2))
+	names := make([]string, 1<<20)
+	for i := range names {
+		names[i] = fmt.Sprintf("k%07d", r.IntN(10*entries))
+	}
+	v := make([]byte, held)
+	for i := range 4 * entries {
+		s.Set(fmt.Sprintf("k%07d", i), v, held, 1<<62, 0)
+	}
+	misses := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		k := names[i&(len(names)-1)]
+		if s.Get(k, 0) == nil {
+			misses++
+			s.Set(k, v, held, 1<<62, 0)
+		}
+	}
+	b.ReportMetric(float64(misses)/float64(b.N), "misses/op")
 }

@@ -53,13 +53,16 @@ func spread(h uint64) uint64 {
 	return h
 }
 
-// counter gives the word and the shift of key hash h's i-th counter (i < 4):
-// word i*2 or i*2+1 of the key's block, a nibble picked by 4 bits of h each.
-func (s *sketch) counter(h uint64, i int) (int, uint) {
-	block := int(h&s.blockMask) * 8
-	sel := h >> (32 + 8*i)
-	return block + 2*i + int(sel&1), uint(sel>>1&15) * 4
+// block is the 8 words holding the counters of key hash h (spread).
+func (s *sketch) block(h uint64) *[8]uint64 {
+	b := (h & s.blockMask) * 8
+	return (*[8]uint64)(s.table[b : b+8])
 }
+
+// The i-th of a key's four counters (i < 4) is in word 2i or 2i+1 of its
+// block, a nibble picked by 4 more bits: 5 bits of h each, from bit 32 on.
+func counterWord(h uint64, i uint) uint64  { return 2*uint64(i) + h>>(32+8*i)&1 }
+func counterShift(h uint64, i uint) uint64 { return (h >> (33 + 8*i) & 15) * 4 }
 
 // estimate is h's count: the least of its four counters.
 func (s *sketch) estimate(h uint64) int {
@@ -67,10 +70,10 @@ func (s *sketch) estimate(h uint64) int {
 		return 0
 	}
 	h = spread(h)
+	b := s.block(h)
 	least := uint64(15)
-	for i := range 4 {
-		w, sh := s.counter(h, i)
-		least = min(least, s.table[w]>>sh&15)
+	for i := range uint(4) {
+		least = min(least, b[counterWord(h, i)&7]>>counterShift(h, i)&15)
 	}
 	return int(least)
 }
@@ -82,10 +85,11 @@ func (s *sketch) add(h uint64) {
 		return
 	}
 	h = spread(h)
-	for i := range 4 {
-		w, sh := s.counter(h, i)
-		if s.table[w]>>sh&15 < 15 {
-			s.table[w] += 1 << sh
+	b := s.block(h)
+	for i := range uint(4) {
+		w, sh := counterWord(h, i)&7, counterShift(h, i)
+		if b[w]>>sh&15 < 15 {
+			b[w] += 1 << sh
 		}
 	}
 	s.additions++

@@ -475,7 +475,8 @@ func (sh *shard[V]) admit(c, v *node[V], now int64) bool {
 	if now >= c.expires {
 		return false
 	}
-	if c.read.Swap(false) {
+	if c.read.Load() {
+		c.read.Store(false)
 		sh.sketch.add(c.hash)
 	}
 	cf, vf := sh.sketch.estimate(c.hash), sh.sketch.estimate(v.hash)
@@ -541,16 +542,30 @@ func (sh *shard[V]) nextUnread(q int, now int64) *node[V] {
 // it has expired or was not read since the last look; a read one is counted
 // once more in the sketch, and its bit cleared for the next look.
 func (sh *shard[V]) goes(n *node[V], now int64) bool {
-	if now >= n.expires || !n.read.Swap(false) {
+	// Load, then store: a read that sets the bit in between is lost, as
+	// one read in many may be; a swap would lock the bus for every look.
+	if now >= n.expires || !n.read.Load() {
 		return true
 	}
+	n.read.Store(false)
 	sh.sketch.add(n.hash)
 	return false
 }
 
 // evictNode removes n from the index and its queue, counted as evicted.
+// It finds n's link by the node itself, not its key: the victim's key is
+// one more cache line to compare, for every eviction.
 func (sh *shard[V]) evictNode(n *node[V]) {
-	sh.delete(n.hash, n.key)
+	t := sh.tab.Load()
+	link := &t.buckets[n.hash>>t.shift]
+	for p := link.Load(); p != nil; p = p.hnext.Load() {
+		if p == n {
+			link.Store(n.hnext.Load())
+			break
+		}
+		link = &p.hnext
+	}
+	sh.drop(n)
 	sh.evicted++
 }
 
