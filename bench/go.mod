@@ -3,7 +3,9 @@ module github.com/holdfast-dev/holdfast/bench
 go 1.26.0
 
 require (
+	github.com/Yiling-J/theine-go v0.6.3
 	github.com/dgraph-io/ristretto/v2 v2.4.2
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/holdfast-dev/holdfast v0.0.0
 	github.com/holdfast-dev/holdfast/catalogd v0.0.0
 	github.com/holdfast-dev/holdfast/holdfastotel v0.0.0
@@ -27,6 +29,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/cpuid/v2 v2.0.9 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
@@ -34,6 +37,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/zeebo/xxh3 v1.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
