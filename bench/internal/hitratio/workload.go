@@ -46,7 +46,7 @@ var SyntheticNames = []string{"zipf-0.7", "zipf-0.9", "zipf-1.1", "loop", "scan"
 // middle of the three, a common web-cache skew.
 const scanSkew = 0.9
 
-// Synthetic returns the synthetic workload called name (SyntheticNames).
+// Workload returns the synthetic workload called name (SyntheticNames).
 func (c Synthetic) Workload(name string) (Workload, error) {
 	c = c.withDefaults()
 	switch {
