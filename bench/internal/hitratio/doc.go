@@ -8,9 +8,11 @@
 // value (holdfast: a read through a namespace whose loader answers it).
 // Caches that apply writes on goroutines of their own are waited for after
 // each write (theine, ristretto) or given a synchronous executor (otter),
-// so that a run is deterministic where the cache allows it; ristretto's
-// frequency counts arrive in batches through lossy buffers whatever is
-// done, so its figures move a little from run to run.
+// and holdfast's load flights are waited for, so that each request sees
+// the cache as the one before left it. The figures still move a little
+// from run to run for every cache but the LRU: most seed their hashes
+// afresh, sturdyc evicts in a Go map's order, and ristretto's frequency
+// counts arrive in batches through lossy buffers.
 //
 // The caches are given the same room in one of two ways (Mode): the same
 // number of entries, holdfast's byte budget worked out from what its store

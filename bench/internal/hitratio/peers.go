@@ -43,8 +43,8 @@ func newOtter(size Size, valueBytes int) (Cache, error) {
 		MaximumSize:     size.Entries,
 		InitialCapacity: size.Entries,
 		// Maintenance (eviction, the sketch's updates) runs in the
-		// writer's goroutine, not a new one: the replay is then
-		// deterministic, as in otter's own simulator.
+		// writer's goroutine, not a new one, so that it is done before
+		// the next request, as in otter's own simulator.
 		Executor: func(fn func()) { fn() },
 	})
 	if err != nil {
@@ -83,7 +83,7 @@ func newTheine(size Size, valueBytes int) (Cache, error) {
 // buffer's accesses reach the frequency sketch only when it fills, and one
 // found busy is dropped): Wait makes each set's admission or rejection
 // happen before the next request, but the sketch's counts still arrive in
-// batches, so a run is deterministic only as far as ristretto allows.
+// batches, so its figures move a little from run to run.
 func newRistretto(size Size, valueBytes int) (Cache, error) {
 	// Ristretto counts its entries only with its metrics on, which would
 	// add their own memory to its bytes an entry: Len is the sets that went
@@ -127,7 +127,8 @@ func newSturdyc(size Size, valueBytes int) (Cache, error) {
 	// One shard, so that the cache holds the whole capacity (each shard
 	// gets capacity/shards) and its eviction is measured, not its
 	// sharding; a ticking clock, so that expiries, its eviction order,
-	// are distinct and the run deterministic; no background eviction.
+	// are distinct (a frozen one would tie them all); no background
+	// eviction.
 	c := sturdyc.New[[]byte](size.Entries, 1, replayTTL, sturdycEvictPercent,
 		sturdyc.WithNoContinuousEvictions(), sturdyc.WithClock(&tickingClock{}))
 	return &peer{
