@@ -60,7 +60,7 @@ var external = map[string]bool{
 	// Third-party modules.
 	"errgroup": true, "gobreaker": true, "groupcache": true, "otel": true, "otter": true,
 	"prometheus": true, "promhttp": true, "rueidis": true, "singleflight": true, "sturdyc": true,
-	"metric": true, "pgx": true,
+	"metric": true, "pgx": true, "ristretto": true, "theine": true, "lru": true,
 }
 
 // externalNames are exported names of other projects' APIs that the
