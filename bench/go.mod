@@ -6,10 +6,10 @@ require (
 	github.com/Yiling-J/theine-go v0.6.3
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/hashicorp/golang-lru/v2 v2.0.7
-	github.com/holdfast-dev/holdfast v0.0.0
-	github.com/holdfast-dev/holdfast/catalogd v0.0.0
-	github.com/holdfast-dev/holdfast/holdfastotel v0.0.0
-	github.com/holdfast-dev/holdfast/redis v0.0.0
+	github.com/holdfast-dev/holdfast v0.1.0
+	github.com/holdfast-dev/holdfast/catalogd v0.1.0
+	github.com/holdfast-dev/holdfast/holdfastotel v0.1.0
+	github.com/holdfast-dev/holdfast/redis v0.1.0
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79

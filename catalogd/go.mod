@@ -3,10 +3,10 @@ module github.com/holdfast-dev/holdfast/catalogd
 go 1.26.0
 
 require (
-	github.com/holdfast-dev/holdfast v0.0.0
-	github.com/holdfast-dev/holdfast/holdfastotel v0.0.0
-	github.com/holdfast-dev/holdfast/holdfastprom v0.0.0
-	github.com/holdfast-dev/holdfast/redis v0.0.0
+	github.com/holdfast-dev/holdfast v0.1.0
+	github.com/holdfast-dev/holdfast/holdfastotel v0.1.0
+	github.com/holdfast-dev/holdfast/holdfastprom v0.1.0
+	github.com/holdfast-dev/holdfast/redis v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/rueidis v1.0.79

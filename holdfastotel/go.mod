@@ -3,7 +3,7 @@ module github.com/holdfast-dev/holdfast/holdfastotel
 go 1.26.0
 
 require (
-	github.com/holdfast-dev/holdfast v0.0.0
+	github.com/holdfast-dev/holdfast v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

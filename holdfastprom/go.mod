@@ -3,7 +3,7 @@ module github.com/holdfast-dev/holdfast/holdfastprom
 go 1.26.0
 
 require (
-	github.com/holdfast-dev/holdfast v0.0.0
+	github.com/holdfast-dev/holdfast v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 )
 

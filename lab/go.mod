@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2
-	github.com/holdfast-dev/holdfast v0.0.0
-	github.com/holdfast-dev/holdfast/redis v0.0.0
+	github.com/holdfast-dev/holdfast v0.1.0
+	github.com/holdfast-dev/holdfast/redis v0.1.0
 	github.com/redis/rueidis v1.0.79
 )
 

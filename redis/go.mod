@@ -3,7 +3,7 @@ module github.com/holdfast-dev/holdfast/redis
 go 1.26.0
 
 require (
-	github.com/holdfast-dev/holdfast v0.0.0
+	github.com/holdfast-dev/holdfast v0.1.0
 	github.com/redis/rueidis v1.0.79
 )
 
