@@ -16,10 +16,10 @@ import (
 	"github.com/holdfast-dev/holdfast/internal/modproxy"
 )
 
-// userProgram uses the three modules a service typically takes: the core,
-// the Redis tier and the Prometheus exporter. It runs without a Redis
-// server: the shared tier is the in-memory one, and redis.New is only
-// linked.
+// userProgram uses the modules a service takes: the core, the Redis tier
+// and the Prometheus exporter, and links the OpenTelemetry one. It runs
+// without a Redis server: the shared tier is the in-memory one, and
+// redis.New is only linked.
 const userProgram = `package main
 
 import (
@@ -29,13 +29,17 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/holdfastotel"
 	"github.com/holdfast-dev/holdfast/holdfastprom"
 	"github.com/holdfast-dev/holdfast/inmem"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-var _ = redis.New
+var (
+	_ = redis.New
+	_ = holdfastotel.Register
+)
 
 func main() {
 	cache, err := holdfast.New(holdfast.Options{Shared: inmem.New(nil)})
@@ -124,6 +128,7 @@ func TestUserBuildsFromProxy(t *testing.T) {
 		"github.com/holdfast-dev/holdfast",
 		"github.com/holdfast-dev/holdfast/redis",
 		"github.com/holdfast-dev/holdfast/holdfastprom",
+		"github.com/holdfast-dev/holdfast/holdfastotel",
 	}
 	run("go", "mod", "init", "example.com/holdfastuser")
 	if err := os.WriteFile(filepath.Join(user, "main.go"), []byte(userProgram), 0o644); err != nil {
