@@ -61,6 +61,9 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	n.coord, n.smear = c.caps.coord, c.caps.smear
 	if !p.Hot.Disabled {
 		n.hot = local.New[meta](p.Hot.MaxBytes)
+		// The hot tier's window follows its hit rate; the hits are the
+		// namespace's own count, which the read path keeps anyway.
+		n.hot.AdaptWindow(func() uint64 { return n.ctr.sum(evHotHit) + n.ctr.sum(evHotRecheckHit) })
 	}
 	if (n.hot != nil && n.p.Hot.Keys == HotDetected) || n.smear != nil {
 		n.hotKeys = hotkey.New(hotkey.Options{Threshold: p.Hot.Threshold, HalfLife: p.Hot.HalfLife, TopK: p.Hot.TopK})

@@ -91,7 +91,8 @@ type Store[V any] struct {
 	seed      maphash.Seed
 	mask      uint64
 	shards    []shard[V]
-	nodeBytes int64 // a node[V] as allocated
+	nodeBytes int64    // a node[V] as allocated
+	climb     *climber // nil: the window keeps its 1%
 }
 
 // The queues of a shard's policy: every node is on exactly one.
@@ -195,8 +196,14 @@ func newStore[V any](n int, maxBytes int64) *Store[V] {
 // setBudget gives sh max bytes, split between its queues.
 func (sh *shard[V]) setBudget(max int64) {
 	sh.maxBytes = max
-	sh.windowMax = max * windowPercent / 100
-	sh.protectedMax = (max - sh.windowMax) * protectedPercent / 100
+	sh.setWindow(windowPercent / 100.0)
+}
+
+// setWindow gives sh's window share of its bytes, the protected share 80%
+// of the rest.
+func (sh *shard[V]) setWindow(share float64) {
+	sh.windowMax = int64(share * float64(sh.maxBytes))
+	sh.protectedMax = (sh.maxBytes - sh.windowMax) * protectedPercent / 100
 }
 
 // shardCount is 16 shards per processor, rounded up to a power of two:
@@ -266,7 +273,7 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 	n := &node[V]{hash: h, key: key, val: v, size: size, expires: expires}
 	sh.mu.Lock()
 	t := sh.tab.Load()
-	q := window
+	q, added := window, true
 	if link, old := t.find(h, key); old != nil {
 		// In place, so that a reader walking the chain meets the old
 		// node or the new one, never neither; the old keeps its hnext
@@ -275,7 +282,7 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		n.hnext.Store(old.hnext.Load())
 		link.Store(n)
 		n.read.Store(old.read.Load())
-		q = int(old.queue)
+		q, added = int(old.queue), false
 		sh.drop(old)
 	} else {
 		head := &t.buckets[h>>t.shift]
@@ -287,12 +294,18 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 	sh.bytes += size
 	sh.entries++
 	sh.sketch.ensure(sh.entries)
+	if s.climb != nil {
+		sh.setWindow(s.climb.share())
+	}
 	sh.evict(now)
 	if sh.entries > len(t.buckets) {
 		sh.grow(t)
 	}
 	stored := n.queue != evictedQueue
 	sh.mu.Unlock()
+	if added && s.climb != nil {
+		s.climb.missed(s)
+	}
 	return stored
 }
 
