@@ -167,7 +167,15 @@ func New(opts Options) (*Cache, error) {
 	}
 	if opts.Shared != nil {
 		c.caps = probeTier(opts.Shared)
-		opts.Logger.Info("holdfast: shared tier", "type", fmt.Sprintf("%T", opts.Shared), "capabilities", c.caps.capabilities().String())
+		// A tier that has not connected yet cannot say what it can do:
+		// watchHealth logs that once it has.
+		connected := c.caps.health == nil || c.caps.health.Health().Connected
+		if connected {
+			c.logCapabilities()
+		}
+		if hr := c.caps.health; hr != nil {
+			c.goOwned(func() { c.watchHealth(hr, connected) })
+		}
 		c.goOwned(c.replayInvalidations)
 	}
 	if sharer := c.caps.share; sharer != nil {

@@ -61,6 +61,7 @@ type tierCaps struct {
 	share  tier.HotSharer
 	stream tier.InvalidationStream
 	level  tier.Leveler
+	health tier.HealthReporter
 }
 
 func probeTier(t tier.Tier) tierCaps {
@@ -70,6 +71,7 @@ func probeTier(t tier.Tier) tierCaps {
 		share:  probe[tier.HotSharer](t),
 		stream: probe[tier.InvalidationStream](t),
 		level:  probe[tier.Leveler](t),
+		health: probe[tier.HealthReporter](t),
 	}
 }
 
@@ -96,12 +98,14 @@ func (tc tierCaps) capabilities() Capabilities {
 		Smearing:   tc.smear != nil && tc.smear.Copies() > 1,
 		HotSharing: tc.share != nil,
 		Stream:     tc.stream != nil,
-		Leveling:   tc.level != nil && tc.stream != nil,
+		Leveling:   tc.level != nil && tc.stream != nil && tc.level.Levels(),
 	}
 }
 
-// Capabilities returns what the shared tier can do for this Cache; the zero
-// value without one.
+// Capabilities returns what the shared tier can do for this Cache now; the
+// zero value without one. Smearing and Leveling follow the tier as it is
+// connected: a lone Redis server smears and levels nothing, and a tier that
+// connects in the background does neither before it has connected.
 func (c *Cache) Capabilities() Capabilities { return c.caps.capabilities() }
 
 // checkCapabilities reports what p needs that the shared tier cannot do.
@@ -135,6 +139,6 @@ func (n *Namespace) uses() Capabilities {
 		Smearing:   n.smear != nil && n.smear.Copies() > 1,
 		HotSharing: n.c.caps.share != nil && n.p.Hot.Share,
 		Stream:     n.c.caps.stream != nil,
-		Leveling:   n.levelingOn(),
+		Leveling:   n.levelingOn() && n.c.caps.level.Levels(),
 	}
 }

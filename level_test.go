@@ -20,6 +20,8 @@ type busyTier struct {
 	asked atomic.Int64
 }
 
+func (b *busyTier) Levels() bool { return true }
+
 func (b *busyTier) Shed(key string) bool {
 	b.asked.Add(1)
 	return b.shed.Load()

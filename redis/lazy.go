@@ -20,8 +20,10 @@ import (
 type Lazy struct {
 	opts Options
 	tier atomic.Pointer[Tier]
-	stop chan struct{}
-	done chan struct{}
+	// reason is reasonOf the last failed attempt to connect (see Health).
+	reason atomic.Value
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 var (
@@ -51,10 +53,12 @@ func (l *Lazy) connect(flog *failureLog) {
 	defer close(l.done)
 	wait := 250 * time.Millisecond
 	for {
-		if t, err := connectTier(l.opts, flog); err == nil {
+		t, err := connectTier(l.opts, flog)
+		if err == nil {
 			l.tier.Store(t)
 			return
 		}
+		l.reason.Store(reasonOf(err))
 		// Full jitter: many instances restarted together must not retry
 		// in step.
 		timer := time.NewTimer(time.Duration(rand.Int64N(int64(wait))) + wait/2)

@@ -199,9 +199,11 @@ func (t *Tier) nodeOutcome(ctx context.Context, n *node, err error) breaker.Outc
 
 // markSuspect makes writes (which go through rueidis's routing) run under
 // guard for a while after any failure, err, which is logged if it is an
-// error of configuration.
+// error of configuration and is the reason Health gives while the breaker
+// is open.
 func (t *Tier) markSuspect(err error) {
 	t.flog.failed(err)
+	t.lastReason.Store(reasonOf(err))
 	t.lastBad.Store(t.opts.Clock.Now().UnixNano())
 	t.suspect.Store(true)
 }

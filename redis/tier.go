@@ -33,6 +33,8 @@ type Tier struct {
 	// See guarded.
 	suspect atomic.Bool
 	lastBad atomic.Int64
+	// lastReason is reasonOf the last failure (see Health).
+	lastReason atomic.Value
 	// lastAnswer is when Redis last answered a call (Clock's unix
 	// nanoseconds; the Tier's start until the first): a call that times
 	// out with no answer since a read budget before is Silent (see end).

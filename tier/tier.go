@@ -1,8 +1,8 @@
 // Package tier is what a shared tier implements for holdfast, as
 // database/sql/driver is what a database driver implements for database/sql:
 // the Tier interface and its optional capabilities (Coordinator, Smearer,
-// HotSharer, InvalidationStream, Leveler), the types they exchange, and the
-// envelope every tier stores.
+// HotSharer, InvalidationStream, Leveler, HealthReporter), the types they
+// exchange, and the envelope every tier stores.
 // An application uses package holdfast and passes a tier (package redis, or
 // inmem for tests) as holdfast.Options.Shared; it never needs this package.
 //
@@ -135,6 +135,11 @@ type Leveler interface {
 	// memory should be: the node that would serve it carries more than its
 	// share of reads now. It is called on the read path and must be fast.
 	Shed(key string) bool
+	// Levels reports whether the tier can shed reads at all as it is now
+	// connected: false for a lone server, which has no other node to
+	// compare with, and for a tier not connected yet. The Cache reports
+	// leveling in its capabilities only while it is true.
+	Levels() bool
 }
 
 // ErrBypassed is returned by a Tier that skipped a call because it knows the
@@ -242,3 +247,46 @@ type Breaker struct {
 	Opens       uint64 // times it opened
 	Transitions uint64 // state changes
 }
+
+// HealthReporter is implemented by shared tiers that can say whether they
+// are serving calls, as the code that talks to the store sees it. The Cache
+// asks it a few times a second to log an outage and its end
+// (holdfast.Options.Logger), and the exporters ask it at each collection,
+// so that neither works health out from counters. Health must be cheap and
+// must not block on the network.
+type HealthReporter interface {
+	Health() Health
+}
+
+// Health is a shared tier's health at one moment.
+type Health struct {
+	// Connected is false until a tier that connects in the background
+	// first connects; true for a tier connected when it was made.
+	Connected bool
+	// Down: the tier skips or fails its calls: its breaker is not closed,
+	// or it has not connected and an attempt to has failed. A tier still
+	// making its first attempt is neither Connected nor Down.
+	Down bool
+	// Reason says why, while Down: ReasonUnreachable, ReasonTimeout or
+	// ReasonAuthRefused.
+	Reason string
+	// Breaker is the tier's breaker; "open" while it has not connected,
+	// as every call is skipped then.
+	Breaker Breaker
+	// Nodes is the health of each node of a tier with per-node health (a
+	// Redis Cluster); nil for others, and until connected.
+	Nodes []Node
+}
+
+// The reasons of a Health that is Down.
+const (
+	// ReasonUnreachable: connections are refused or broken (the server is
+	// not running, or not reachable).
+	ReasonUnreachable = "unreachable"
+	// ReasonTimeout: calls are sent and not answered in time (the server
+	// is frozen, or the network drops packets).
+	ReasonTimeout = "timeout"
+	// ReasonAuthRefused: the server refuses the credentials, a command or
+	// key (an ACL), or the TLS handshake; retrying does not help.
+	ReasonAuthRefused = "auth_refused"
+)
