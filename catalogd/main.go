@@ -49,7 +49,6 @@ import (
 	"github.com/holdfast-dev/holdfast/catalogd/catalog"
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/catalogd/sqlstore"
-	"github.com/holdfast-dev/holdfast/holdfastotel"
 	"github.com/holdfast-dev/holdfast/holdfastprom"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/holdfast-dev/holdfast/tier"
@@ -357,13 +356,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var otelRedis holdfastotel.Options
-	if m.tier != nil {
-		lazy := m.tier
-		otelRedis.Nodes = func() []holdfastotel.Node { return redisNodes(lazy) }
-		otelRedis.Breaker = func() (holdfastotel.Breaker, bool) { return redisBreaker(lazy) }
-	}
-	if err := m.Telemetry.register(m.cache, otelRedis); err != nil {
+	if err := m.Telemetry.register(m.cache); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -378,15 +371,6 @@ func (m *Main) Run(ctx context.Context) error {
 	hotKeyLabels := holdfastprom.Options{HotKeyLabels: []string{httpapi.NamespaceProduct, httpapi.NamespaceStock}}
 	if _, err := holdfastprom.RegisterWith(reg, m.cache, hotKeyLabels); err != nil {
 		return err
-	}
-	if m.tier != nil {
-		lazy := m.tier
-		if err := errors.Join(
-			reg.Register(holdfastprom.NewNodeCollector(func() []holdfastprom.Node { return redisNodes(lazy) })),
-			reg.Register(holdfastprom.NewBreakerCollector(func() (holdfastprom.Breaker, bool) { return redisBreaker(lazy) })),
-		); err != nil {
-			return err
-		}
 	}
 
 	p := c.Policies
@@ -469,40 +453,4 @@ func (m *Main) Close() error {
 		errs = append(errs, m.stopTelemetry(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// redisBreaker converts the tier's breaker for the exporter; false until
-// the tier has connected.
-func redisBreaker(l *redis.Lazy) (holdfastprom.Breaker, bool) {
-	t := l.Tier()
-	if t == nil {
-		return holdfastprom.Breaker{}, false
-	}
-	st := t.Stats()
-	return holdfastprom.Breaker{State: breakerState(st.BreakerState), Opens: st.BreakerOpens, Transitions: st.BreakerTransitions}, true
-}
-
-// redisNodes converts the Redis tier's per-node snapshot for the exporter:
-// none while it is still connecting, or for a standalone server.
-func redisNodes(l *redis.Lazy) []holdfastprom.Node {
-	t := l.Tier()
-	if t == nil {
-		return nil
-	}
-	var out []holdfastprom.Node
-	for _, n := range t.NodeStats() {
-		state := "ready"
-		switch n.State {
-		case redis.NodeNotReady:
-			state = "not_ready"
-		case redis.NodeEjected:
-			state = "ejected"
-		}
-		out = append(out, holdfastprom.Node{
-			Addr: n.Addr, Primary: n.Primary, State: state,
-			Requests: n.Requests, Failures: n.Failures, Timeouts: n.Timeouts,
-			Reads: n.Reads, ReadShare: n.ReadShare, Ejections: n.Ejections,
-		})
-	}
-	return out
 }

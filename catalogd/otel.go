@@ -57,13 +57,13 @@ func (t Telemetry) tracer() holdfast.Tracer {
 	return holdfastotel.NewTracer(t.Tracers, holdfastotel.TraceOptions{KeyNamespaces: []string{httpapi.NamespaceProduct, httpapi.NamespaceStock}})
 }
 
-// register exports c's instruments to t's meters, when it has some; o
-// says where the Redis nodes and breaker come from.
-func (t Telemetry) register(c *holdfast.Cache, o holdfastotel.Options) error {
+// register exports c's instruments, the shared tier's health with them,
+// to t's meters, when it has some.
+func (t Telemetry) register(c *holdfast.Cache) error {
 	if t.Meters == nil {
 		return nil
 	}
-	o.HotKeyNamespaces = []string{httpapi.NamespaceProduct, httpapi.NamespaceStock}
+	o := holdfastotel.Options{HotKeyNamespaces: []string{httpapi.NamespaceProduct, httpapi.NamespaceStock}}
 	_, err := holdfastotel.Register(t.Meters, c, o)
 	return err
 }

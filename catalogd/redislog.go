@@ -79,22 +79,11 @@ func (w *redisWatch) run(l *redis.Lazy, log *slog.Logger, poll, logEvery time.Du
 		switch {
 		case n > 0:
 			bad = true
-			failing.Add(ctx, int(n), slog.Uint64("timeouts", st.Timeouts-last.Timeouts), slog.String("breaker", breakerState(st.BreakerState)))
+			failing.Add(ctx, int(n), slog.Uint64("timeouts", st.Timeouts-last.Timeouts), slog.String("breaker", t.Health().Breaker.State))
 		case bad && st.BreakerState == redis.BreakerClosed:
 			bad = false
 			log.Info("Redis calls succeed again", "failures_not_logged", failing.Reset())
 		}
 		last = st
 	}
-}
-
-// breakerState names a breaker state as the metrics do.
-func breakerState(s redis.BreakerState) string {
-	switch s {
-	case redis.BreakerOpen:
-		return "open"
-	case redis.BreakerHalfOpen:
-		return "half_open"
-	}
-	return "closed"
 }

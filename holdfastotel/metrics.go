@@ -5,8 +5,10 @@
 // not use OpenTelemetry never downloads it.
 //
 // Metrics: Register observes every counter and gauge of holdfast.Stats per
-// namespace (attribute holdfast.namespace), and optionally each Redis node's
-// (attributes server.address and holdfast.node.role), at each collection;
+// namespace (attribute holdfast.namespace), and the shared tier's health when
+// the tier reports it (tier.HealthReporter, as package redis's do): whether
+// it is up, its breaker, and each Redis Cluster node's (attributes
+// server.address and holdfast.node.role), at each collection;
 // loads are recorded as they end in the histogram holdfast.load.duration.
 // Names follow the OpenTelemetry conventions: dotted, lower case, no unit or
 // _total suffix, units in UCUM ("{read}", "By", "s").
@@ -108,15 +110,6 @@ var instruments = []instrument{
 	counter("lifetimes.clamped", "{value}", "LifetimesClamped", "Loader-set lifetimes clamped into Policy.Lifetime."),
 }
 
-// Node is one Redis node's health as the shared tier reports it (package
-// redis, Tier.NodeStats); the caller converts, so the exporter works with
-// any tier that has nodes.
-type Node = tier.Node
-
-// Breaker is the shared tier's breaker as the tier reports it (package
-// redis, Tier.Stats); the caller converts.
-type Breaker = tier.Breaker
-
 // MaxHotKeyAttributes is how many hot keys per namespace are reported with
 // their key as an attribute: keys are unbounded, a metric's series must not
 // be.
@@ -124,13 +117,6 @@ const MaxHotKeyAttributes = 10
 
 // Options configures Register.
 type Options struct {
-	// Nodes, when set, is called at each collection for the Redis nodes'
-	// health: holdfast.redis.node.* per node.
-	Nodes func() []Node
-	// Breaker, when set, is called at each collection for the shared
-	// tier's breaker (false while there is none yet):
-	// holdfast.redis.breaker.*.
-	Breaker func() (Breaker, bool)
 	// HotKeyNamespaces names the namespaces whose hottest keys are reported
 	// with the key as an attribute (holdfast.hot_key.rate). None by
 	// default: a key can be user input (a search query) that must not be
@@ -185,14 +171,12 @@ func Register(mp metric.MeterProvider, c *holdfast.Cache, o Options) (*Exporter,
 	if err != nil {
 		return nil, err
 	}
-	if o.Nodes != nil {
-		all = append(all, nodes.observables()...)
-	}
+	all = append(all, nodes.observables()...)
 	g, err := newCacheGauges(m)
 	if err != nil {
 		return nil, err
 	}
-	all = append(all, g.observables(o.Breaker != nil)...)
+	all = append(all, g.observables()...)
 	keyAttrs := map[string]bool{}
 	for _, ns := range o.HotKeyNamespaces {
 		keyAttrs[ns] = true
@@ -208,13 +192,9 @@ func Register(mp metric.MeterProvider, c *holdfast.Cache, o Options) (*Exporter,
 			g.observeCapabilities(obs, name, s.Capabilities)
 		}
 		g.observeCache(obs, c, keyAttrs)
-		if o.Nodes != nil {
-			nodes.observe(obs, o.Nodes())
-		}
-		if o.Breaker != nil {
-			if b, ok := o.Breaker(); ok {
-				g.observeBreaker(obs, b)
-			}
+		if h, ok := c.SharedHealth(); ok {
+			g.observeHealth(obs, h)
+			nodes.observe(obs, h.Nodes)
 		}
 		return nil
 	}, all...)
@@ -277,7 +257,7 @@ func (n *nodeInstruments) observables() []metric.Observable {
 	return []metric.Observable{n.requests, n.failures, n.timeouts, n.reads, n.ejections, n.share, n.state}
 }
 
-func (n *nodeInstruments) observe(obs metric.Observer, nodes []Node) {
+func (n *nodeInstruments) observe(obs metric.Observer, nodes []tier.Node) {
 	for _, nd := range nodes {
 		role := "replica"
 		if nd.Primary {
@@ -316,13 +296,14 @@ func InstrumentName(field string) string {
 // flight, hot-key rates, the breaker.
 type cacheGauges struct {
 	capability, inFlight, breakerState metric.Int64ObservableGauge
+	up, down                           metric.Int64ObservableGauge
 	hottest, hotKey                    metric.Float64ObservableGauge
 	opens, transitions                 metric.Int64ObservableCounter
 }
 
 func newCacheGauges(m metric.Meter) (*cacheGauges, error) {
 	var g cacheGauges
-	var errs [7]error
+	var errs [9]error
 	g.capability, errs[0] = m.Int64ObservableGauge("holdfast.capability", metric.WithUnit("1"),
 		metric.WithDescription("1 when the namespace uses the shared tier's capability (attribute holdfast.capability: versions, leases, smearing, hot_sharing, stream, leveling), else 0."))
 	g.inFlight, errs[1] = m.Int64ObservableGauge("holdfast.loads.in_flight", metric.WithUnit("{load}"),
@@ -332,7 +313,11 @@ func newCacheGauges(m metric.Meter) (*cacheGauges, error) {
 	g.hotKey, errs[3] = m.Float64ObservableGauge("holdfast.hot_key.rate", metric.WithUnit("{read}/s"),
 		metric.WithDescription("Estimated read rate of the hottest keys (attribute holdfast.key), for the namespaces in Options.HotKeyNamespaces."))
 	g.breakerState, errs[4] = m.Int64ObservableGauge("holdfast.redis.breaker.state", metric.WithUnit("1"),
-		metric.WithDescription("1 for the shared tier's breaker's state (attribute holdfast.breaker.state: closed, open, half_open)."))
+		metric.WithDescription("1 for the shared tier's breaker's state (attribute holdfast.breaker.state: closed, open, half_open); open also before the tier has connected."))
+	g.up, errs[7] = m.Int64ObservableGauge("holdfast.shared_tier.up", metric.WithUnit("1"),
+		metric.WithDescription("1 while the shared tier is connected and serves calls; 0 while it is down (its breaker not closed) or not connected yet."))
+	g.down, errs[8] = m.Int64ObservableGauge("holdfast.shared_tier.down", metric.WithUnit("1"),
+		metric.WithDescription("1 for the reason the shared tier is down (attribute holdfast.reason: unreachable, timeout, auth_refused); all 0 while it is not down."))
 	g.opens, errs[5] = m.Int64ObservableCounter("holdfast.redis.breaker.opens", metric.WithUnit("{open}"),
 		metric.WithDescription("Times the shared tier's breaker opened."))
 	g.transitions, errs[6] = m.Int64ObservableCounter("holdfast.redis.breaker.transitions", metric.WithUnit("{transition}"),
@@ -345,12 +330,8 @@ func newCacheGauges(m metric.Meter) (*cacheGauges, error) {
 	return &g, nil
 }
 
-func (g *cacheGauges) observables(breaker bool) []metric.Observable {
-	out := []metric.Observable{g.capability, g.inFlight, g.hottest, g.hotKey}
-	if breaker {
-		out = append(out, g.breakerState, g.opens, g.transitions)
-	}
-	return out
+func (g *cacheGauges) observables() []metric.Observable {
+	return []metric.Observable{g.capability, g.inFlight, g.hottest, g.hotKey, g.breakerState, g.opens, g.transitions, g.up, g.down}
 }
 
 func (g *cacheGauges) observeCapabilities(obs metric.Observer, ns string, cp holdfast.Capabilities) {
@@ -383,14 +364,23 @@ func (g *cacheGauges) observeCache(obs metric.Observer, c *holdfast.Cache, keyAt
 	}
 }
 
-func (g *cacheGauges) observeBreaker(obs metric.Observer, b Breaker) {
-	for _, st := range []string{"closed", "open", "half_open"} {
-		v := int64(0)
-		if st == b.State {
-			v = 1
-		}
-		obs.ObserveInt64(g.breakerState, v, metric.WithAttributes(attribute.String("holdfast.breaker.state", st)))
+// observeHealth reports the shared tier's health: up, the reason it is
+// down, its breaker.
+func (g *cacheGauges) observeHealth(obs metric.Observer, h tier.Health) {
+	obs.ObserveInt64(g.up, one(h.Connected && !h.Down))
+	for _, r := range []string{tier.ReasonUnreachable, tier.ReasonTimeout, tier.ReasonAuthRefused} {
+		obs.ObserveInt64(g.down, one(h.Down && r == h.Reason), metric.WithAttributes(attribute.String("holdfast.reason", r)))
 	}
-	obs.ObserveInt64(g.opens, int64(b.Opens))
-	obs.ObserveInt64(g.transitions, int64(b.Transitions))
+	for _, st := range []string{"closed", "open", "half_open"} {
+		obs.ObserveInt64(g.breakerState, one(st == h.Breaker.State), metric.WithAttributes(attribute.String("holdfast.breaker.state", st)))
+	}
+	obs.ObserveInt64(g.opens, int64(h.Breaker.Opens))
+	obs.ObserveInt64(g.transitions, int64(h.Breaker.Transitions))
+}
+
+func one(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

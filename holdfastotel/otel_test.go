@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/holdfastotel"
 	"github.com/holdfast-dev/holdfast/inmem"
+	"github.com/holdfast-dev/holdfast/tier"
 )
 
 func newCache(t *testing.T, o holdfast.Options) *holdfast.Cache {
@@ -54,9 +55,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // script runs a mix of reads on a process that is traced and exported: hot
 // and shared hits, misses, a stale answer, a lease wait behind another
 // process's load, and a load error.
+// healthTier is an inmem tier that reports a fixed health, the Redis tier's
+// when its breaker probes a frozen Cluster.
+type healthTier struct{ *inmem.Tier }
+
+func (healthTier) Health() tier.Health {
+	return tier.Health{Connected: true, Down: true, Reason: tier.ReasonTimeout,
+		Breaker: tier.Breaker{State: "half_open", Opens: 3, Transitions: 5},
+		Nodes:   []tier.Node{{Addr: "127.0.0.1:7000", Primary: true, State: "ready", Requests: 9, Reads: 7, ReadShare: 1}}}
+}
+
 func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Namespace, *holdfast.Cache) {
 	shared := inmem.New(nil)
-	o.Shared = shared
+	o.Shared = &healthTier{Tier: shared}
 	c := newCache(t, o)
 	p := holdfast.Policy{TTL: time.Minute, SoftTTL: 200 * time.Millisecond, StaleIfError: time.Minute,
 		Lease: holdfast.LeasePolicy{Enabled: true, Poll: 5 * time.Millisecond},
@@ -116,15 +127,7 @@ func TestMetricsEqualStats(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	ns, c := script(context.Background(), t, holdfast.Options{})
-	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{
-		Nodes: func() []holdfastotel.Node {
-			return []holdfastotel.Node{{Addr: "127.0.0.1:7000", Primary: true, State: "ready", Requests: 9, Reads: 7, ReadShare: 1}}
-		},
-		Breaker: func() (holdfastotel.Breaker, bool) {
-			return holdfastotel.Breaker{State: "half_open", Opens: 3, Transitions: 5}, true
-		},
-		HotKeyNamespaces: []string{"product"},
-	}); err != nil {
+	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{HotKeyNamespaces: []string{"product"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{}); err == nil {
@@ -140,7 +143,7 @@ func TestMetricsEqualStats(t *testing.T) {
 	st := ns.Stats()
 	got := map[string]int64{}
 	var loads uint64
-	var nodeReads, breakerOpens, halfOpen int64
+	var nodeReads, breakerOpens, halfOpen, up, downTimeout int64
 	caps := map[string]int64{} // holdfast.capability by name, namespace product
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -161,6 +164,12 @@ func TestMetricsEqualStats(t *testing.T) {
 				for _, p := range d.DataPoints {
 					capName, isCap := p.Attributes.Value("holdfast.capability")
 					state, isState := p.Attributes.Value("holdfast.breaker.state")
+					switch reason, _ := p.Attributes.Value("holdfast.reason"); {
+					case m.Name == "holdfast.shared_tier.up":
+						up = p.Value
+					case m.Name == "holdfast.shared_tier.down" && reason.AsString() == tier.ReasonTimeout:
+						downTimeout = p.Value
+					}
 					switch v, ok := p.Attributes.Value("holdfast.namespace"); {
 					case isCap && ok && v.AsString() == "product":
 						caps[capName.AsString()] = p.Value
@@ -207,8 +216,8 @@ func TestMetricsEqualStats(t *testing.T) {
 	if loads != 1 {
 		t.Errorf("load histogram count %d, want 1 (the load after Register)", loads)
 	}
-	if nodeReads != 7 || breakerOpens != 3 || halfOpen != 1 {
-		t.Errorf("node reads %d, breaker opens %d, half-open %d; want 7, 3, 1", nodeReads, breakerOpens, halfOpen)
+	if nodeReads != 7 || breakerOpens != 3 || halfOpen != 1 || up != 0 || downTimeout != 1 {
+		t.Errorf("node reads %d, breaker opens %d, half-open %d, up %d, down for a timeout %d; want 7, 3, 1, 0, 1", nodeReads, breakerOpens, halfOpen, up, downTimeout)
 	}
 	// Every capability has its series: the inmem tier coordinates but
 	// does not level.

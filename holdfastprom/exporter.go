@@ -15,6 +15,11 @@
 //
 // Keys never become label values unless asked for (Options.HotKeyLabels):
 // a key is whatever the application built it from, user input included.
+//
+// A shared tier that reports its health (tier.HealthReporter, as package
+// redis's tiers do) is exported too: holdfast_shared_tier_up, its breaker
+// (holdfast_redis_breaker_*) and, in a Redis Cluster, each node's health
+// (holdfast_redis_node_*), from before it first connects.
 package holdfastprom
 
 import (
@@ -33,6 +38,7 @@ type Exporter struct {
 	hotKeyRate  *prom.Desc
 	hottestRate *prom.Desc
 	capability  *prom.Desc
+	health      *healthMetrics
 	cache       *holdfast.Cache
 	keyLabels   map[string]bool // namespaces in Options.HotKeyLabels
 }
@@ -168,6 +174,7 @@ func newExporter(c *holdfast.Cache, o Options) *Exporter {
 	return &Exporter{
 		cache:     c,
 		keyLabels: keyLabels,
+		health:    newHealthMetrics(),
 		loadSeconds: prom.NewHistogramVec(prom.HistogramOpts{
 			Name: "holdfast_load_duration_seconds",
 			Help: "Loader call latency by namespace and outcome (ok, not_found, error, timeout, panic).",
@@ -201,6 +208,7 @@ func (e *Exporter) Describe(ch chan<- *prom.Desc) {
 	ch <- e.hotKeyRate
 	ch <- e.hottestRate
 	ch <- e.capability
+	e.health.describe(ch)
 	e.loadSeconds.Describe(ch)
 }
 
@@ -224,6 +232,9 @@ func (e *Exporter) Collect(ch chan<- prom.Metric) {
 			}
 		}
 		ch <- prom.MustNewConstMetric(e.inFlight, prom.GaugeValue, float64(c.LoadsInFlight()))
+		if h, ok := c.SharedHealth(); ok {
+			e.health.collect(ch, h)
+		}
 		for ns, keys := range c.HotKeys() {
 			hottest := 0.0
 			if len(keys) > 0 {

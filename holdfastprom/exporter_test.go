@@ -94,35 +94,6 @@ holdfast_loads_total{namespace="product"} 2
 	}
 }
 
-func TestNodeCollector(t *testing.T) {
-	nodes := []Node{
-		{Addr: "127.0.0.1:7000", Primary: true, State: "ejected", Requests: 10, Failures: 3, Ejections: 1, ReadShare: 0.25},
-		{Addr: "127.0.0.1:7001", State: "ready", Reads: 30, ReadShare: 0.75},
-	}
-	c := NewNodeCollector(func() []Node { return nodes })
-	reg := prom.NewPedanticRegistry()
-	if err := reg.Register(c); err != nil {
-		t.Fatal(err)
-	}
-	want := `
-# HELP holdfast_redis_node_state 1 for the node's current state: ready, not_ready (a replica not in sync) or ejected.
-# TYPE holdfast_redis_node_state gauge
-holdfast_redis_node_state{addr="127.0.0.1:7000",role="primary",state="ejected"} 1
-holdfast_redis_node_state{addr="127.0.0.1:7000",role="primary",state="not_ready"} 0
-holdfast_redis_node_state{addr="127.0.0.1:7000",role="primary",state="ready"} 0
-holdfast_redis_node_state{addr="127.0.0.1:7001",role="replica",state="ejected"} 0
-holdfast_redis_node_state{addr="127.0.0.1:7001",role="replica",state="not_ready"} 0
-holdfast_redis_node_state{addr="127.0.0.1:7001",role="replica",state="ready"} 1
-# HELP holdfast_redis_node_failures_total Commands to the node that failed, timeouts included.
-# TYPE holdfast_redis_node_failures_total counter
-holdfast_redis_node_failures_total{addr="127.0.0.1:7000",role="primary"} 3
-holdfast_redis_node_failures_total{addr="127.0.0.1:7001",role="replica"} 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_redis_node_state", "holdfast_redis_node_failures_total"); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // One call exports a cache; a second exporter of the same cache, or a
 // second cache in the same registry, is refused rather than silently
 // replacing the first.
@@ -143,28 +114,6 @@ func TestRegisterRefusesASecondExport(t *testing.T) {
 	}
 	if _, err := Register(prom.NewPedanticRegistry(), b); err != nil {
 		t.Errorf("a second cache in its own registry: %v", err)
-	}
-}
-
-func TestBreakerCollector(t *testing.T) {
-	b := Breaker{State: "open", Opens: 2, Transitions: 3}
-	c := NewBreakerCollector(func() (Breaker, bool) { return b, true })
-	want := `
-# HELP holdfast_redis_breaker_opens_total Times the shared tier's breaker opened.
-# TYPE holdfast_redis_breaker_opens_total counter
-holdfast_redis_breaker_opens_total 2
-# HELP holdfast_redis_breaker_state 1 for the shared tier's breaker state: closed, open (Redis skipped) or half_open (probing).
-# TYPE holdfast_redis_breaker_state gauge
-holdfast_redis_breaker_state{state="closed"} 0
-holdfast_redis_breaker_state{state="half_open"} 0
-holdfast_redis_breaker_state{state="open"} 1
-`
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "holdfast_redis_breaker_state", "holdfast_redis_breaker_opens_total"); err != nil {
-		t.Fatal(err)
-	}
-	none := NewBreakerCollector(func() (Breaker, bool) { return Breaker{}, false })
-	if n := testutil.CollectAndCount(none); n != 0 {
-		t.Fatalf("%d series without a tier", n)
 	}
 }
 
