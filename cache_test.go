@@ -318,7 +318,10 @@ func TestRejectedRefreshKeepsStaleUntilHardThenOverloaded(t *testing.T) {
 			t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
 		}
 	}
-	eventually(t, "rejected refreshes", func() bool { return ns.Stats().Rejected >= 1 })
+	eventually(t, "rejected refreshes", func() bool { return ns.Stats().RefreshesRejected >= 1 })
+	if st := ns.Stats(); st.Rejected != 0 {
+		t.Fatalf("%d rejected reads while only refreshes were rejected", st.Rejected)
+	}
 	clk.Advance(3 * time.Second) // at hard
 	_, err := ns.Get(context.Background(), "s1", l)
 	if !errors.Is(err, holdfast.ErrOverloaded) {

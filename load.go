@@ -160,7 +160,13 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 		lst.End(StageResult{Outcome: either(release != nil, "admitted", "rejected")})
 	}
 	if release == nil {
-		n.ctr.add(evRejected, uint64(len(toLoad)))
+		// A refresh's readers were answered already: counted apart, so
+		// that Rejected counts only loads that readers waited for.
+		ev := evRejected
+		if mode == admitRefresh {
+			ev = evRefreshRejected
+		}
+		n.ctr.add(ev, uint64(len(toLoad)))
 		for _, j := range toLoad {
 			res, err := n.failed(j.f, j.key, j.fallback, &loadError{n.name, j.key, ErrOverloaded})
 			j.out, j.done = outcome{res, err}, true

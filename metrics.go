@@ -42,7 +42,8 @@ type Stats struct {
 	MemoryForBusyNode uint64 // fresh values served from last-known-good instead of reading a shared-tier node that carried more than its share of reads (tier.Leveler)
 	LocalServed       uint64 // values served from last-known-good while the shared tier was down
 	NegativeHits      uint64 // cached not-found answers served
-	Rejected          uint64 // loads rejected by the load limiter
+	Rejected          uint64 // loads rejected by the load limiter that readers waited for (they got a stale value, or ErrOverloaded)
+	RefreshesRejected uint64 // background refreshes the load limiter refused (their readers had their answer; the value stays until its hard time)
 	Overloaded        uint64 // reads that failed with ErrOverloaded (rejected and nothing stale to serve)
 	Invalidations     uint64 // keys invalidated
 	DroppedStaleSets  uint64 // loads finished after an invalidation of their key, not stored
@@ -109,6 +110,7 @@ const (
 	evLocalServed
 	evNegativeHit
 	evRejected
+	evRefreshRejected
 	evOverloaded
 	evInvalidation
 	evDroppedStaleSet
@@ -211,6 +213,7 @@ func (c *counters) snapshot() Stats {
 		LocalServed:       c.sum(evLocalServed),
 		NegativeHits:      c.sum(evNegativeHit),
 		Rejected:          c.sum(evRejected),
+		RefreshesRejected: c.sum(evRefreshRejected),
 		Overloaded:        c.sum(evOverloaded),
 		Invalidations:     c.sum(evInvalidation),
 		DroppedStaleSets:  c.sum(evDroppedStaleSet),

@@ -130,8 +130,11 @@ func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
 	// only the reserved slot and were rejected (their readers keep the
 	// stale value).
 	eventually(t, "three refreshes to hold slots and three to be turned away", func() bool {
-		return slow.calls.Load() == 3 && ns.Stats().Rejected == 3
+		return slow.calls.Load() == 3 && ns.Stats().RefreshesRejected == 3
 	})
+	if st := ns.Stats(); st.Rejected != 0 {
+		t.Fatalf("%d reads rejected; only refreshes were", st.Rejected)
+	}
 	res, err := ns.Get(context.Background(), "cold", &countingLoader{})
 	if err != nil || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("cold read: %v, %v; want it loaded in the slot refreshes leave free", res.Source, err)

@@ -712,8 +712,10 @@ func TestRejectedRefreshServesStale(t *testing.T) {
 		if code := <-done; code != 200 {
 			t.Errorf("the slow load ended %d", code)
 		}
-		if s := e.cache.Stats()[httpapi.NamespaceStock]; s.Rejected != 2 || s.Overloaded != 0 {
-			t.Errorf("stock: %d rejected, %d overloaded; want 2, 0", s.Rejected, s.Overloaded)
+		// The refresh of stock 1 and the load of stock 3's reader were
+		// rejected; only the second was a read's.
+		if s := e.cache.Stats()[httpapi.NamespaceStock]; s.Rejected != 1 || s.RefreshesRejected != 1 || s.Overloaded != 0 {
+			t.Errorf("stock: %d rejected, %d refreshes rejected, %d overloaded; want 1, 1, 0", s.Rejected, s.RefreshesRejected, s.Overloaded)
 		}
 	})
 }
