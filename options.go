@@ -67,7 +67,10 @@ type Options struct {
 	// namespace per interval. Default 5 s.
 	HotShareInterval time.Duration
 
-	// Logger receives rare events: loader panics, replayed invalidations.
+	// Logger receives rare events: loader panics, replayed invalidations,
+	// the shared tier going down (a warning with its reason: unreachable,
+	// timeout, auth_refused) and coming back (with how long it was down),
+	// at most one down line per 30 s.
 	// Default: slog.Default().
 	Logger *slog.Logger
 }
