@@ -20,8 +20,8 @@ type healthTier struct {
 
 func (h *healthTier) Health() tier.Health { return *h.h.Load() }
 
-// exported returns a registry exporting a Cache over shared.
-func exported(t *testing.T, shared tier.Tier) *prom.Registry {
+// exportedShared returns a registry exporting a Cache over shared.
+func exportedShared(t *testing.T, shared tier.Tier) *prom.Registry {
 	t.Helper()
 	c, err := holdfast.New(holdfast.Options{Shared: shared})
 	if err != nil {
@@ -41,7 +41,7 @@ func exported(t *testing.T, shared tier.Tier) *prom.Registry {
 func TestSharedTierHealthExported(t *testing.T) {
 	ht := &healthTier{Tier: inmem.New(nil)}
 	ht.h.Store(&tier.Health{Down: true, Reason: tier.ReasonUnreachable, Breaker: tier.Breaker{State: "open"}})
-	reg := exported(t, ht)
+	reg := exportedShared(t, ht)
 	want := `
 # HELP holdfast_shared_tier_up 1 while the shared tier is connected and serves calls; 0 while it is down (its breaker not closed) or not connected yet.
 # TYPE holdfast_shared_tier_up gauge
@@ -97,7 +97,7 @@ holdfast_redis_node_failures_total{addr="127.0.0.1:7001",role="replica"} 0
 
 // A tier that does not report its health exports none.
 func TestNoHealthWithoutReporter(t *testing.T) {
-	reg := exported(t, inmem.New(nil))
+	reg := exportedShared(t, inmem.New(nil))
 	if n := testutil.CollectAndCount(reg, "holdfast_shared_tier_up", "holdfast_redis_breaker_state"); n != 0 {
 		t.Fatalf("%d health series for a tier without health", n)
 	}
