@@ -142,6 +142,24 @@ func (c *chaosChecker) inDBFault(r *chaosRead) bool {
 	return false
 }
 
+// chaosBackoffMax is the longest a key's load-error backoff waits under
+// chaosPolicy: 30 s or the TTL, whichever is shorter (Policy.LoadErrorBackoff).
+// A key whose loads failed through a database fault answers its last load's
+// error, without calling the loader, until its retry is due: for up to this
+// long after the fault healed.
+var chaosBackoffMax = min(30*time.Second, chaosPolicy.TTL)
+
+// inDBFaultOrBackoff is inDBFault for a database error, whose fault's
+// effects last the backoff longer (chaosBackoffMax).
+func (c *chaosChecker) inDBFaultOrBackoff(r *chaosRead) bool {
+	for _, f := range c.faults {
+		if isDBFault(f.kind) && f.start-int64(c.b.latencyLimit) <= r.begin && r.begin <= f.healed+int64(chaosSettle+chaosBackoffMax) {
+			return true
+		}
+	}
+	return false
+}
+
 // inWriteLoss reports whether the read began during a fault that may lose
 // acknowledged writes (losesWrites), in the settle time after it, or less
 // than the latency limit before it.
@@ -171,6 +189,10 @@ func (c *chaosChecker) check() {
 			c.add(vPanic, r, "Get panicked: %s", r.errMsg)
 		case chaosErrBadValue:
 			c.add(vBadValue, r, "%s", r.errMsg)
+		case chaosErrDB:
+			if !c.inDBFaultOrBackoff(r) {
+				c.add(vErrorOutsideDB, r, "%s: %s", r.errKind, r.errMsg)
+			}
 		default:
 			if !c.inDBFault(r) {
 				c.add(vErrorOutsideDB, r, "%s: %s", r.errKind, r.errMsg)
