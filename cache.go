@@ -12,58 +12,30 @@ import (
 	"time"
 )
 
-// Source says how a read was served.
+// Source says which tier answered a read. Why an answer is not a fresh one
+// from the usual tier is its Reason; whether it is past its soft time is
+// Result.Stale.
 type Source uint8
 
 const (
-	// SourceHot: from this process's hot tier.
+	// SourceHot: this process's hot tier.
 	SourceHot Source = iota + 1
-	// SourceShared: a fresh value from the shared tier.
+	// SourceShared: the shared tier, in this read or in the flight it
+	// joined.
 	SourceShared
-	// SourceLoaded: from the loader, by this read (readers that waited for
-	// it get SourceJoined).
+	// SourceLoaded: the loader, run for this read or for the one it waited
+	// for (Result.Collapsed tells them apart, so a count of SourceLoaded
+	// answers without Collapsed is a count of loads).
 	SourceLoaded
-	// SourceStale: a value past its soft time but within its hard time,
-	// returned at once while one background refresh runs.
-	SourceStale
-	// SourceStaleOnError: a value past its hard time, within the namespace's
-	// stale-if-error window, served because fresh data could not be had (the
-	// loader failed, timed out or was rejected).
-	SourceStaleOnError
-	// SourceLastKnownGood: a value within its hard time from this process's
-	// last-known-good store, served because the shared tier is failing (or
-	// absent, for a key the hot tier does not hold), or because another
-	// process holds the key's lease and this value is still the key's
-	// current one.
-	SourceLastKnownGood
-	// SourceJoined: a value another read of this process loaded while this
-	// one waited for it. No loader ran for this read, so a count of
-	// SourceLoaded is a count of loads.
-	SourceJoined
-	// SourceStaleOnSlowLoad: a value past its hard time, within its
-	// stale-if-error window, served because its load had not answered
-	// within Policy.SlowLoadGrace; the load goes on and stores its value.
-	SourceStaleOnSlowLoad
-	// SourceMemoryOnSlowRead: a value from this process's last-known-good
-	// store, served because the shared tier had not answered within the
-	// slow-read delay (Policy.SlowReadGrace): a value within its hard
-	// time, or past it within its stale-if-error window while the shared
-	// tier is failing. The read goes on and its answer is stored as
-	// usual. Result.Stale reports whether the value was past its soft time.
-	SourceMemoryOnSlowRead
-	// SourceMemoryForBusyNode: a fresh value (within its soft time) from
-	// this process's last-known-good store, served instead of reading a
-	// shared-tier node that carries more than its share of reads (a
-	// tier.Leveler's Shed): a Cluster shard down to one node, say. Only a
-	// copy loaded while the invalidation stream was heard, and untouched
-	// by any invalidation since, is served so: one as current as the
-	// tier's.
-	SourceMemoryForBusyNode
+	// SourceMemory: this process's last-known-good store, the copies it
+	// read or loaded last. With a shared tier the Reason says why it
+	// answered; without one it is the tier below the hot one.
+	SourceMemory
 )
 
 // sourceNames are the Sources' names; the zero Source, on a read that
 // failed, is "none".
-var sourceNames = [...]string{"none", "hot", "shared", "loaded", "stale", "stale-on-error", "last-known-good", "joined", "stale-on-slow-load", "memory-on-slow-read", "memory-for-busy-node"}
+var sourceNames = [...]string{"none", "hot", "shared", "loaded", "memory"}
 
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
@@ -72,12 +44,70 @@ func (s Source) String() string {
 	return fmt.Sprintf("Source(%d)", s)
 }
 
+// Reason says why a read was answered as it was when that is not a fresh
+// value from the tier that normally answers: the zero Reason ("none") is a
+// normal answer, fresh or a cached not-found.
+type Reason uint8
+
+const (
+	// ReasonRevalidating: a value past its soft time but within its hard
+	// time, served at once while one refresh runs
+	// (stale-while-revalidate).
+	ReasonRevalidating Reason = iota + 1
+	// ReasonTierDown: from memory because the shared tier failed this
+	// read, for a key the hot tier does not hold; past its soft time
+	// while its refresh runs, the value is Stale.
+	ReasonTierDown
+	// ReasonTierSlow: from memory because the shared tier had not
+	// answered within the slow-read delay (Policy.SlowReadGrace): a value
+	// within its hard time, or past it within its stale-if-error window
+	// while the tier is failing. The read goes on and its answer is
+	// stored as usual.
+	ReasonTierSlow
+	// ReasonNodeBusy: a fresh value from memory, served instead of reading
+	// a shared-tier node that carries more than its share of reads (a
+	// tier.Leveler's Shed): a Cluster shard down to one node, say. Only a
+	// copy loaded while the invalidation stream was heard, and untouched
+	// by any invalidation since, is served so: one as current as the
+	// tier's.
+	ReasonNodeBusy
+	// ReasonPeerLoading: from memory while another process holds the
+	// key's lease and loads it, because no invalidation has superseded
+	// this process's copy: it is the key's current value.
+	ReasonPeerLoading
+	// ReasonSourceSlow: a value past its hard time, within its
+	// stale-if-error window, served because its load had not answered
+	// within Policy.SlowLoadGrace; the load goes on and stores its value.
+	ReasonSourceSlow
+	// ReasonSourceFailed: a stale value (within its hard time, or past it
+	// within the stale-if-error window) served because the load failed or
+	// timed out, or because the key's last load failed and its retry is
+	// not due (Policy.LoadErrorBackoff). Result.LoadErr says why.
+	ReasonSourceFailed
+	// ReasonOverloaded: a stale value served because the load limiter
+	// refused the load (ErrOverloaded in Result.LoadErr).
+	ReasonOverloaded
+)
+
+// reasonNames are the Reasons' names, for logs, headers and metric labels.
+var reasonNames = [...]string{"none", "revalidating", "tier-down", "tier-slow", "node-busy", "peer-loading", "source-slow", "source-failed", "overloaded"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", r)
+}
+
 // Result is a value and how it was served. Value is shared with the cache and
 // with other readers: it must not be modified.
 type Result struct {
 	Value []byte
-	// Source is the tier or path that answered.
+	// Source is the tier that answered.
 	Source Source
+	// Reason is why the answer is not a fresh one from the usual tier;
+	// zero for a normal answer.
+	Reason Reason
 	// NotFound is set, with the error ErrNotFound, when the answer is that the
 	// source has no value for the key (cached or just loaded).
 	NotFound bool
@@ -92,8 +122,8 @@ type Result struct {
 	// other answer, stale-while-revalidate ones included while their
 	// refresh has not failed.
 	LoadErr error
-	// pastSoft is set on a SourceMemoryOnSlowRead answer served past its
-	// soft time, so that Stale tells it from a fresh one.
+	// pastSoft is set on an answer served past its soft time, as decided
+	// by the read that served it.
 	pastSoft bool
 	// origin, soft and hard are Unix nanoseconds: a hit copies three words,
 	// not three time.Time values.
@@ -113,10 +143,7 @@ func (r Result) Hard() time.Time { return time.Unix(0, r.hard) }
 func (r Result) Age(now time.Time) time.Duration { return time.Duration(now.UnixNano() - r.origin) }
 
 // Stale reports whether the value was served past its soft time.
-func (r Result) Stale() bool {
-	return r.Source == SourceStale || r.Source == SourceStaleOnError || r.Source == SourceStaleOnSlowLoad ||
-		r.Source == SourceMemoryOnSlowRead && r.pastSoft
-}
+func (r Result) Stale() bool { return r.pastSoft }
 
 // Cache is a read-through cache of namespaces. Create one with New; it is safe
 // for concurrent use. Close stops its background refreshes.

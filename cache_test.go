@@ -273,7 +273,7 @@ func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			res, err := ns.Get(context.Background(), "s1", l)
-			if err != nil || string(res.Value) != "v1:s1" || res.Source != holdfast.SourceStale {
+			if err != nil || string(res.Value) != "v1:s1" || !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 				t.Errorf("stale read: %q %v %v, want v1:s1 from stale", res.Value, res.Source, err)
 			}
 		}()
@@ -314,7 +314,7 @@ func TestRejectedRefreshKeepsStaleUntilHardThenOverloaded(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	for range 3 {
 		res := mustGet(t, ns, "s1", l)
-		if string(res.Value) != "v1:s1" || res.Source != holdfast.SourceStale {
+		if string(res.Value) != "v1:s1" || !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 			t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
 		}
 	}
@@ -361,7 +361,7 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	// from entry into memory it would end at t0 + 6 s.
 	clk.Advance(5300 * time.Millisecond)
 	res, err := ns.Get(context.Background(), "s1", down)
-	if err != nil || string(res.Value) != "old" || res.Source != holdfast.SourceStaleOnError {
+	if err != nil || string(res.Value) != "old" || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) {
 		t.Fatalf("inside the window: %q from %v, err %v; want old, stale-on-error", res.Value, res.Source, err)
 	}
 	if age := res.Age(clk.Now()); age != 5800*time.Millisecond {
@@ -403,7 +403,7 @@ func TestLastKnownGoodKeepsTheNewestLoad(t *testing.T) {
 	// ended at t0 + 5.1 s; the newer one's runs until t0 + 5.9 s.
 	clk.Advance(5300 * time.Millisecond)
 	res, err := ns.Get(context.Background(), "s1", down)
-	if err != nil || string(res.Value) != "newer" || res.Source != holdfast.SourceStaleOnError {
+	if err != nil || string(res.Value) != "newer" || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) {
 		t.Fatalf("shared tier and source down: %q from %v, err %v; want newer, stale-on-error", res.Value, res.Source, err)
 	}
 }
@@ -424,7 +424,7 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	clk.Advance(5 * time.Second)
 	for range 100 {
 		res := mustGet(t, ns, "p1", l)
-		if res.Source != holdfast.SourceLastKnownGood || string(res.Value) != "v1:p1" {
+		if !answered(res, holdfast.SourceMemory, holdfast.ReasonTierDown, false) || string(res.Value) != "v1:p1" {
 			t.Fatalf("tier down: %q from %v, want v1:p1 from local", res.Value, res.Source)
 		}
 	}
@@ -574,7 +574,7 @@ func TestHotTierNeverPastSoft(t *testing.T) {
 		t.Fatalf("source %v, want hot", res.Source)
 	}
 	clk.Advance(3 * time.Second)
-	if res := mustGet(t, ns, "s1", l); res.Source != holdfast.SourceStale {
+	if res := mustGet(t, ns, "s1", l); !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 		t.Fatalf("at soft: source %v, want stale from the shared tier", res.Source)
 	}
 	if shared.Calls().Gets != 2 { // the first miss, then the read at soft
@@ -944,7 +944,7 @@ func TestStaleWhileRevalidateWithoutSharedTier(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	l.gate = make(chan struct{})
 	res := mustGet(t, ns, "s1", l)
-	if res.Source != holdfast.SourceStale || string(res.Value) != "v1:s1" {
+	if !answered(res, holdfast.SourceMemory, holdfast.ReasonRevalidating, true) || string(res.Value) != "v1:s1" {
 		t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
 	}
 	close(l.gate)
@@ -998,7 +998,7 @@ func TestLoadErrorBackoff(t *testing.T) {
 	down := &countingLoader{err: errors.New("db down")}
 	for i := range 50 {
 		res, err := ns.Get(context.Background(), "p1", down)
-		if err != nil || res.Source != holdfast.SourceStaleOnError {
+		if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) {
 			t.Fatalf("read %d with the source down: %v %v", i, res.Source, err)
 		}
 	}

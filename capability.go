@@ -44,7 +44,7 @@ type Capabilities struct {
 	Stream bool
 	// Leveling: a tier.Leveler's reads shed from nodes that carry more
 	// than their share, answered from copies in memory instead
-	// (SourceMemoryForBusyNode). It takes the Stream too: only a copy no
+	// (SourceMemory, ReasonNodeBusy). It takes the Stream too: only a copy no
 	// invalidation could have passed by unheard is as good as a read.
 	Leveling bool
 }

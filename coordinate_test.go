@@ -188,7 +188,7 @@ func TestStaleFromTheSharedTierWhenTheLoaderFails(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute})
 	clk.Advance(30 * time.Second)
 	res, err := ns.Get(context.Background(), "p1", &countingLoader{err: errors.New("db down")})
-	if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "v1:p1" {
+	if err != nil || !answered(res, holdfast.SourceShared, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v1:p1" {
 		t.Fatalf("DB down, Redis up: %q from %v, err %v; want v1:p1 stale-on-error", res.Value, res.Source, err)
 	}
 }

@@ -50,9 +50,10 @@ type flight struct {
 	// has set it, once it knew the flight must load. Under mu. A reader
 	// whose bound passes before then waits on graceSet, made by the first
 	// such reader, so a flight nobody waits on this way allocates nothing.
-	grace    *meta
-	offered  bool
-	graceSet chan struct{}
+	grace     *meta
+	graceFrom Source // the tier grace is from
+	offered   bool
+	graceSet  chan struct{}
 
 	// readOver is set once the flight's shared-tier read has answered (or
 	// was never needed): from then on its readers wait for the load, not
@@ -103,28 +104,29 @@ func (f *flight) finish(res Result, err error) {
 }
 
 // offerGrace sets the value the flight's readers may take if its load is
-// slow (nil for none), once: a flight goes on from one lookup to one load.
-func (f *flight) offerGrace(m *meta) {
+// slow (nil for none) and the tier it is from, once: a flight goes on from
+// one lookup to one load.
+func (f *flight) offerGrace(m *meta, src Source) {
 	f.mu.Lock()
-	f.grace, f.offered = m, true
+	f.grace, f.graceFrom, f.offered = m, src, true
 	if f.graceSet != nil {
 		close(f.graceSet)
 	}
 	f.mu.Unlock()
 }
 
-// graceOffer returns the value offerGrace set and true, or, until it is
+// graceOffer returns the value and tier offerGrace set and true, or, until it is
 // set, a channel closed when it is.
-func (f *flight) graceOffer() (m *meta, offered bool, set <-chan struct{}) {
+func (f *flight) graceOffer() (m *meta, src Source, offered bool, set <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.offered {
-		return f.grace, true, nil
+		return f.grace, f.graceFrom, true, nil
 	}
 	if f.graceSet == nil {
 		f.graceSet = make(chan struct{})
 	}
-	return nil, false, f.graceSet
+	return nil, 0, false, f.graceSet
 }
 
 // mayGrace reports whether a reader of the flight may yet be served its

@@ -120,7 +120,7 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 			// not landed, or a replica is behind): the readers may have
 			// it as stale while this flight keeps waiting for the new one.
 			n.ctr.inc(evStaleServed)
-			res, _ := n.served(&m, SourceStale)
+			res, _ := n.servedFor(&m, SourceShared, ReasonRevalidating, now)
 			j.f.publish(res, nil)
 		}
 		if n.tryLease(ctx, j) {
@@ -167,14 +167,12 @@ func (n *Namespace) serveHeldCurrent(f *flight, key string, ver version) {
 	if m == nil || m.negative || m.demoted || m.ver != ver.v+1 || now >= m.hard {
 		return
 	}
-	src := SourceLastKnownGood
 	if now >= m.soft {
-		src = SourceStale
 		n.ctr.inc(evStaleServed)
 	} else {
 		n.ctr.inc(evLocalServed)
 	}
-	res, _ := n.served(m, src)
+	res, _ := n.servedFor(m, SourceMemory, ReasonPeerLoading, now)
 	f.publish(res, nil)
 }
 

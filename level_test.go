@@ -49,7 +49,7 @@ func TestBusyNodeReadAnsweredFromMemory(t *testing.T) {
 	shared.shed.Store(true)
 	gets := shared.Calls().Gets
 	res := mustGet(t, ns, "p1", src)
-	if res.Source != holdfast.SourceMemoryForBusyNode || string(res.Value) != want || res.Stale() {
+	if !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) || string(res.Value) != want || res.Stale() {
 		t.Fatalf("shed read: %v %q stale %t, want memory-for-busy-node %q, fresh", res.Source, res.Value, res.Stale(), want)
 	}
 	if g := shared.Calls().Gets; g != gets {
@@ -84,7 +84,7 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 	// Demoted by another process's invalidation.
 	src.update("p1")
 	mustGet(t, b, "p1", src)
-	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceMemoryForBusyNode {
+	if res := mustGet(t, b, "p1", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("before the invalidation: from %v, want memory-for-busy-node", res.Source)
 	}
 	want := src.update("p1")
@@ -92,7 +92,7 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "b to apply the invalidation", func() bool { return b.Stats().InvalidationsApplied == 1 })
-	if res := mustGet(t, b, "p1", src); res.Source == holdfast.SourceMemoryForBusyNode || string(res.Value) != want {
+	if res := mustGet(t, b, "p1", src); res.Reason == holdfast.ReasonNodeBusy || string(res.Value) != want {
 		t.Fatalf("after the invalidation: %v %q, want %q not from memory", res.Source, res.Value, want)
 	}
 
@@ -100,7 +100,7 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 	// answers with its own copy, stale, and a refresh.
 	mustGet(t, b, "p3", src)
 	clk.Advance(31 * time.Second)
-	if res := mustGet(t, b, "p3", src); res.Source != holdfast.SourceStale {
+	if res := mustGet(t, b, "p3", src); !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 		t.Fatalf("a copy past its soft time: from %v, want stale from the shared tier", res.Source)
 	}
 	settle(t, b, "p3")
@@ -109,12 +109,12 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 	// after it, until a read of the shared tier finds it current again; a
 	// copy loaded after the stream is heard again is.
 	mustGet(t, b, "p4", src)
-	if res := mustGet(t, b, "p4", src); res.Source != holdfast.SourceMemoryForBusyNode {
+	if res := mustGet(t, b, "p4", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("p4 before the gap: from %v, want memory-for-busy-node", res.Source)
 	}
 	shared.Deafen()
 	eventually(t, "b to notice the gap", func() bool { return !cb.Stream().Heard })
-	if res := mustGet(t, b, "p4", src); res.Source == holdfast.SourceMemoryForBusyNode {
+	if res := mustGet(t, b, "p4", src); res.Reason == holdfast.ReasonNodeBusy {
 		t.Fatal("served for a busy node while the stream was not heard")
 	}
 	clk.Advance(time.Millisecond)
@@ -124,12 +124,12 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 	if res := mustGet(t, b, "p4", src); res.Source != holdfast.SourceShared {
 		t.Fatalf("a copy loaded before the gap: from %v, want shared", res.Source)
 	}
-	if res := mustGet(t, b, "p4", src); res.Source != holdfast.SourceMemoryForBusyNode {
+	if res := mustGet(t, b, "p4", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("p4, found current in the shared tier after the gap: from %v, want memory-for-busy-node", res.Source)
 	}
 	clk.Advance(time.Millisecond)
 	mustGet(t, b, "p5", src)
-	if res := mustGet(t, b, "p5", src); res.Source != holdfast.SourceMemoryForBusyNode {
+	if res := mustGet(t, b, "p5", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("p5, loaded after the gap: from %v, want memory-for-busy-node", res.Source)
 	}
 }
@@ -160,7 +160,12 @@ func TestBusyNodeGetMany(t *testing.T) {
 			t.Fatalf("key %d: %v", i, err)
 		}
 	}
-	for i, want := range []holdfast.Source{holdfast.SourceMemoryForBusyNode, holdfast.SourceMemoryForBusyNode, holdfast.SourceLoaded} {
+	for i, want := range []holdfast.Reason{holdfast.ReasonNodeBusy, holdfast.ReasonNodeBusy, 0} {
+		if res[i].Reason != want || res[i].Stale() {
+			t.Fatalf("key %d from %v for %v (stale %v), want %v", i, res[i].Source, res[i].Reason, res[i].Stale(), want)
+		}
+	}
+	for i, want := range []holdfast.Source{holdfast.SourceMemory, holdfast.SourceMemory, holdfast.SourceLoaded} {
 		if res[i].Source != want {
 			t.Fatalf("key %d from %v, want %v", i, res[i].Source, want)
 		}
@@ -183,7 +188,7 @@ func TestBusyNodeHotKeyEntersHotTier(t *testing.T) {
 	mustGet(t, ns, "p1", src)
 	shared.shed.Store(true)
 	admit.Store(true)
-	if res := mustGet(t, ns, "p1", src); res.Source != holdfast.SourceMemoryForBusyNode {
+	if res := mustGet(t, ns, "p1", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("shed read from %v, want memory-for-busy-node", res.Source)
 	}
 	if res := mustGet(t, ns, "p1", src); res.Source != holdfast.SourceHot {

@@ -176,14 +176,14 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 		t.Fatalf("lifetimes set %d, clamped %d; want 5, 1", st.LifetimesSet, st.LifetimesClamped)
 	}
 	failing.Store(true)
-	// check reads key on ns at the clock's time: a stale answer when want
-	// says so, else the load's error.
-	check := func(when string, ns *holdfast.Namespace, want map[string]bool) {
+	// check reads key on ns at the clock's time: a stale answer from src
+	// when want says so, else the load's error.
+	check := func(when string, ns *holdfast.Namespace, src holdfast.Source, want map[string]bool) {
 		t.Helper()
 		for _, k := range keys {
 			res, err := ns.Get(context.Background(), k, load)
 			if want[k] {
-				if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "v-"+k {
+				if err != nil || !answered(res, src, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v-"+k {
 					t.Errorf("%s, %s: %q from %v, err %v; want the stale value", when, k, res.Value, res.Source, err)
 				}
 			} else if err == nil {
@@ -193,16 +193,16 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 	}
 	// 10 s + 6 s after the load: past "short"'s 5 s and "none"'s window.
 	clk.Advance(16 * time.Second)
-	check("b from the shared tier at 16 s", b, map[string]bool{"long": true, "clamped": true, "policy": true})
+	check("b from the shared tier at 16 s", b, holdfast.SourceShared, map[string]bool{"long": true, "clamped": true, "policy": true})
 	shared.Fail(inmem.ErrInjected)
-	check("a from last-known-good at 16 s", a, map[string]bool{"long": true, "clamped": true, "policy": true})
+	check("a from last-known-good at 16 s", a, holdfast.SourceMemory, map[string]bool{"long": true, "clamped": true, "policy": true})
 	// Past the policy's minute, within "long"'s 30 minutes and the clamped hour.
 	clk.Advance(2 * time.Minute)
-	check("a from last-known-good at 2 min", a, map[string]bool{"long": true, "clamped": true})
+	check("a from last-known-good at 2 min", a, holdfast.SourceMemory, map[string]bool{"long": true, "clamped": true})
 	clk.Advance(35 * time.Minute)
-	check("a from last-known-good at 37 min", a, map[string]bool{"clamped": true})
+	check("a from last-known-good at 37 min", a, holdfast.SourceMemory, map[string]bool{"clamped": true})
 	clk.Advance(30 * time.Minute)
-	check("a from last-known-good at 67 min", a, map[string]bool{})
+	check("a from last-known-good at 67 min", a, holdfast.SourceMemory, map[string]bool{})
 }
 
 // Read-your-invalidations holds for a value whose loader gave it a lifetime

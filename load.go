@@ -412,53 +412,63 @@ func (n *Namespace) readVersion(ctx context.Context, key string, status tierStat
 // The time is read afresh: a load may have run for up to its timeout, and
 // its readers' hard times may have passed meanwhile.
 func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Result, error) {
-	if res, ok := n.stale(f, key, fallback); ok {
+	overloaded := errors.Is(err, ErrOverloaded)
+	why := ReasonSourceFailed
+	if overloaded {
+		why = ReasonOverloaded
+	}
+	if res, ok := n.stale(f, key, fallback, why); ok {
 		res.LoadErr = err
 		return res, nil
 	}
-	if errors.Is(err, ErrOverloaded) {
+	if overloaded {
 		n.ctr.inc(evOverloaded)
 	}
 	return Result{}, err
 }
 
-// stale returns the newest value still allowed when fresh data cannot be
-// had: the shared tier's fallback or last-known-good, within its hard time
-// (stale-while-revalidate) or its stale-if-error window.
-func (n *Namespace) stale(f *flight, key string, fallback *meta) (Result, bool) {
+// stale returns, given for why, the newest value still allowed when fresh
+// data cannot be had: the shared tier's fallback or last-known-good, within
+// its hard time or its stale-if-error window.
+func (n *Namespace) stale(f *flight, key string, fallback *meta, why Reason) (Result, bool) {
 	now := n.exactNow()
-	best := n.bestStale(key, fallback, now)
+	best, src := n.bestStale(key, fallback, now)
 	if best == nil {
 		return Result{}, false
 	}
 	if now < best.hard {
 		// A rejected or failed refresh keeps the value until its hard
-		// time; it is still a stale-while-revalidate answer.
+		// time, as stale-while-revalidate would have: counted as such,
+		// unless the flight has served it so already.
 		if !f.published {
 			n.ctr.inc(evStaleServed)
 		}
-		res, _ := n.served(best, SourceStale)
-		return res, true
+	} else {
+		n.ctr.inc(evStaleOnError)
 	}
-	n.ctr.inc(evStaleOnError)
-	res, _ := n.served(best, SourceStaleOnError)
+	res, _ := n.servedFor(best, src, why, now)
+	// Served because fresh data could not be had, the value is stale
+	// even within its soft time: a copy another process's invalidation
+	// demoted, say.
+	res.pastSoft = true
 	return res, true
 }
 
 // bestStale is the newest value of key still allowed at now when fresh
-// data cannot be had: the shared tier's fallback or last-known-good, within
-// its stale-if-error window; nil if none.
-func (n *Namespace) bestStale(key string, fallback *meta, now int64) *meta {
-	best := fallback
+// data cannot be had, and where it is: the shared tier's fallback
+// (SourceShared) or last-known-good (SourceMemory), within its
+// stale-if-error window; nil if none.
+func (n *Namespace) bestStale(key string, fallback *meta, now int64) (*meta, Source) {
+	best, src := fallback, SourceShared
 	if n.lkg != nil {
 		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {
-			best = m
+			best, src = m, SourceMemory
 		}
 	}
 	if best == nil || now >= n.staleUntil(best) {
-		return nil
+		return nil, 0
 	}
-	return best
+	return best, src
 }
 
 // acquire takes a load slot as mode says (see admission): one of the
@@ -490,7 +500,7 @@ func (n *Namespace) releaseReserved() {
 func (n *Namespace) allCanBeServedStale(js []*job) bool {
 	now := n.exactNow()
 	for _, j := range js {
-		if n.bestStale(j.key, j.fallback, now) == nil {
+		if m, _ := n.bestStale(j.key, j.fallback, now); m == nil {
 			return false
 		}
 	}

@@ -137,7 +137,7 @@ func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 		n.putHot(j.key, m, local.SizeClass(cap(m.raw)), now)
 	}
 	j.f.endStore()
-	res, err := n.served(m, SourceMemoryForBusyNode)
+	res, err := n.servedFor(m, SourceMemory, ReasonNodeBusy, now)
 	return outcome{res, err}, true
 }
 
@@ -235,7 +235,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 			// Between soft and hard: answer now, refresh in this flight.
 			n.ctr.inc(evStaleServed)
 			n.ctr.inc(evRefresh)
-			res, _ := n.served(m, SourceStale)
+			res, _ := n.servedFor(m, SourceShared, ReasonRevalidating, now)
 			f.publish(res, nil)
 		}
 		if !m.negative {
@@ -252,14 +252,23 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 		if lm == nil || now >= lm.hard || lm.demoted {
 			break
 		}
+		// Without a shared tier, memory is the tier below the hot one:
+		// its answers are normal ones.
+		why := ReasonTierDown
+		if status == tierNone {
+			why = 0
+		}
 		if now < lm.soft {
 			n.ctr.inc(evLocalServed)
-			res, err := n.served(lm, SourceLastKnownGood)
+			res, err := n.servedFor(lm, SourceMemory, why, now)
 			return outcome{res, err}, true, nil
+		}
+		if why == 0 {
+			why = ReasonRevalidating
 		}
 		n.ctr.inc(evStaleServed)
 		n.ctr.inc(evRefresh)
-		res, _ := n.served(lm, SourceStale)
+		res, _ := n.servedFor(lm, SourceMemory, why, now)
 		f.publish(res, nil)
 	}
 	return outcome{}, false, fallback

@@ -139,12 +139,20 @@ func (n *Namespace) checkKey(key string) error {
 	return nil
 }
 
-// served turns a stored entry into a read's answer.
+// served turns a stored entry into a read's normal answer.
 func (n *Namespace) served(m *meta, src Source) (Result, error) {
 	if m.negative {
 		return n.servedNegative(m, src)
 	}
 	return Result{Value: m.value, Source: src, origin: m.origin, soft: m.soft, hard: m.hard}, nil
+}
+
+// servedFor turns a stored entry into an answer given for why at now, the
+// time the read judged it by: Stale when now is past its soft time.
+func (n *Namespace) servedFor(m *meta, src Source, why Reason, now int64) (Result, error) {
+	res, err := n.served(m, src)
+	res.Reason, res.pastSoft = why, now >= m.soft
+	return res, err
 }
 
 func (n *Namespace) servedNegative(m *meta, src Source) (Result, error) {

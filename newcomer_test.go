@@ -55,32 +55,40 @@ func TestCloseMeansClosedOnEveryPath(t *testing.T) {
 	}
 }
 
-// Readers that waited for another read's load say so: Source counts loads.
+// Readers that waited for another read's load say so: SourceLoaded answers
+// without Collapsed count loads.
 func TestJoinedReadersAreNotLoads(t *testing.T) {
 	c := newCache(t, holdfast.Options{})
 	ns := newNS(t, c, "profiles", holdfast.Policy{})
 	l := &countingLoader{gate: make(chan struct{})}
 	const readers = 10
-	sources := make([]holdfast.Source, readers)
+	type how struct {
+		src       holdfast.Source
+		collapsed bool
+	}
+	hows := make([]how, readers)
 	var wg sync.WaitGroup
 	for i := range readers {
 		wg.Go(func() {
 			res, _ := ns.Get(context.Background(), "x", l)
-			sources[i] = res.Source
+			hows[i] = how{res.Source, res.Collapsed}
 		})
 	}
 	eventually(t, "every reader to join", func() bool { return ns.Stats().Coalesced == readers-1 })
 	close(l.gate)
 	wg.Wait()
-	count := map[holdfast.Source]int{}
-	for _, s := range sources {
-		count[s]++
+	count := map[how]int{}
+	for _, h := range hows {
+		count[h]++
 	}
-	if count[holdfast.SourceLoaded] != 1 || count[holdfast.SourceJoined] != readers-1 {
-		t.Fatalf("sources %v: want 1 loaded and %d joined", count, readers-1)
+	if count[how{holdfast.SourceLoaded, false}] != 1 || count[how{holdfast.SourceLoaded, true}] != readers-1 {
+		t.Fatalf("answers %v: want 1 loaded and %d loaded and collapsed", count, readers-1)
 	}
 	if s := holdfast.Source(0).String(); s != "none" {
 		t.Fatalf("the zero Source prints %q", s)
+	}
+	if s := holdfast.Reason(0).String(); s != "none" {
+		t.Fatalf("the zero Reason prints %q", s)
 	}
 }
 

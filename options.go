@@ -102,7 +102,7 @@ type Policy struct {
 	// SlowLoadGrace is how long a reader waits for a load when it holds a
 	// value past its hard time but within its stale-if-error window (in
 	// last-known-good, or the shared tier's past-hard copy): past it the
-	// reader gets that value (SourceStaleOnSlowLoad) while the load goes
+	// reader gets that value (ReasonSourceSlow) while the load goes
 	// on and stores its result as usual. A slow source is no error, so
 	// without it a source that slows from 10 ms to 400 ms makes every such
 	// reader wait 400 ms although a value it may serve is in hand (Varnish's
@@ -128,7 +128,7 @@ type Policy struct {
 	// one within its hard time, or one past it within its stale-if-error
 	// window while the shared tier is failing (errors or bypasses in the
 	// last second). Past the slow-read delay the reader gets that value
-	// (SourceMemoryOnSlowRead) while the read goes on in the background:
+	// (SourceMemory, ReasonTierSlow) while the read goes on in the background:
 	// its answer still reaches the tier's breaker and this process's
 	// stores. The delay is adaptive: four times the shared tier's recent
 	// latency (a moving average of the single-key reads that succeeded),

@@ -49,7 +49,7 @@ func (n *Namespace) finish(j *job) {
 // tier, else from loader, coalescing concurrent reads of the key so that
 // loader runs once. A value past its soft time is returned at once while one
 // background refresh runs; when fresh data cannot be had, a value within the
-// stale-if-error window is returned (Result.Source says which). A loader's
+// stale-if-error window is returned (Result.Reason says why). A loader's
 // ErrNotFound is cached for NegativeTTL (unless that is negative) and
 // returned as ErrNotFound.
 //
@@ -316,7 +316,7 @@ func (n *Namespace) wait(ctx context.Context, key string, f *flight, collapsed b
 	// A stale value handed out while its refresh runs is past its hard time
 	// for a reader arriving late: that reader waits for the refresh, the one
 	// synchronous load allowed past hard.
-	if !answered && out.res.Source == SourceStale && n.exactNow() >= out.res.hard {
+	if !answered && out.res.Stale() && n.exactNow() >= out.res.hard {
 		res, err, answered = n.await(ctx, f, f.finishedReady(), &g)
 		out = outcome{res, err}
 		if !answered {
@@ -327,9 +327,6 @@ func (n *Namespace) wait(ctx context.Context, key string, f *flight, collapsed b
 		return Result{}, out.err // the reader's own context ended
 	}
 	out.res.Collapsed = collapsed
-	if collapsed && out.res.Source == SourceLoaded {
-		out.res.Source = SourceJoined
-	}
 	return out.res, out.err
 }
 
@@ -396,9 +393,9 @@ func (n *Namespace) await(ctx context.Context, f *flight, ready <-chan struct{},
 		// as soon as the flight has said what it is.
 		var offer <-chan struct{}
 		if grace && g.expired {
-			m, offered, set := f.graceOffer()
+			m, src, offered, set := f.graceOffer()
 			if offered {
-				if res, ok := n.graceStale(m); ok {
+				if res, ok := n.graceStale(m, src); ok {
 					return res, nil, true
 				}
 			}
@@ -433,11 +430,11 @@ func (n *Namespace) offerGrace(j *job) {
 	if n.p.SlowLoadGrace <= 0 {
 		return
 	}
-	m := n.bestStale(j.key, j.fallback, n.exactNow())
+	m, src := n.bestStale(j.key, j.fallback, n.exactNow())
 	if m != nil && m.demoted {
 		m = nil
 	}
-	j.f.offerGrace(m)
+	j.f.offerGrace(m, src)
 }
 
 // slowLoadGrace is how long a reader that may be served a stale value waits
@@ -455,10 +452,10 @@ func (n *Namespace) slowLoadGrace() time.Duration {
 }
 
 // graceStale answers a reader whose grace passed with m, the flight's
-// offered value, if it is past its hard time and still within its
+// offered value from src, if it is past its hard time and still within its
 // stale-if-error window. Before hard, stale-while-revalidate has answered
 // already or the value is not one to serve without the load.
-func (n *Namespace) graceStale(m *meta) (Result, bool) {
+func (n *Namespace) graceStale(m *meta, src Source) (Result, bool) {
 	if m == nil {
 		return Result{}, false
 	}
@@ -467,7 +464,7 @@ func (n *Namespace) graceStale(m *meta) (Result, bool) {
 		return Result{}, false
 	}
 	n.ctr.inc(evStaleOnSlowLoad)
-	res, _ := n.served(m, SourceStaleOnSlowLoad)
+	res, _ := n.servedFor(m, src, ReasonSourceSlow, now)
 	return res, true
 }
 

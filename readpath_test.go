@@ -138,7 +138,7 @@ func TestReadPathLoadErrorBackoff(t *testing.T) {
 		down := &countingLoader{err: errors.New("db down")}
 		for i := range 20 {
 			res, err := r.read(context.Background(), ns, "p1", down)
-			if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "v1:p1" {
+			if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v1:p1" {
 				t.Fatalf("read %d with the source down: %q %v %v", i, res.Value, res.Source, err)
 			}
 		}
@@ -182,7 +182,7 @@ func TestReadPathStaleIfError(t *testing.T) {
 		down := &countingLoader{err: errors.New("db down")}
 		clk.Advance(3 * time.Second)
 		res, err := r.read(context.Background(), ns, "s1", down)
-		if err != nil || res.Source != holdfast.SourceStaleOnError || string(res.Value) != "v1:s1" {
+		if err != nil || !answered(res, holdfast.SourceShared, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v1:s1" {
 			t.Fatalf("inside the window: %q from %v, %v", res.Value, res.Source, err)
 		}
 		clk.Advance(4 * time.Second) // past hard + StaleIfError
@@ -294,7 +294,7 @@ func TestReadPathStaleWhileRevalidate(t *testing.T) {
 		mustRead(t, r, ns, "s1", l)
 		clk.Advance(2 * time.Second)
 		res, err := r.read(context.Background(), ns, "s1", l)
-		if err != nil || res.Source != holdfast.SourceStale || string(res.Value) != "v1:s1" {
+		if err != nil || !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) || string(res.Value) != "v1:s1" {
 			t.Fatalf("past soft: %q from %v, %v; want the stale value", res.Value, res.Source, err)
 		}
 		settle(t, ns, "s1")
@@ -369,7 +369,7 @@ func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
 			t.Fatalf("a loaded answer carries LoadErr %v", res.LoadErr)
 		}
 		clk.Advance(1500 * time.Millisecond) // between soft and hard
-		if res := mustRead(t, r, ns, "p1", &countingLoader{}); res.Source != holdfast.SourceStale || res.LoadErr != nil {
+		if res := mustRead(t, r, ns, "p1", &countingLoader{}); !answered(res, holdfast.SourceMemory, holdfast.ReasonRevalidating, true) || res.LoadErr != nil {
 			t.Fatalf("stale-while-revalidate: from %v with LoadErr %v; want stale, none", res.Source, res.LoadErr)
 		}
 		clk.Advance(3 * time.Second)
@@ -377,7 +377,11 @@ func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
 	}
 	staleBecause := func(t *testing.T, res holdfast.Result, err, cause error) {
 		t.Helper()
-		if err != nil || res.Source != holdfast.SourceStaleOnError || res.Value == nil {
+		why := holdfast.ReasonSourceFailed
+		if errors.Is(cause, holdfast.ErrOverloaded) {
+			why = holdfast.ReasonOverloaded
+		}
+		if err != nil || !answered(res, holdfast.SourceMemory, why, true) || res.Value == nil {
 			t.Fatalf("%q from %v, %v; want a stale-on-error value", res.Value, res.Source, err)
 		}
 		if !errors.Is(res.LoadErr, cause) {

@@ -122,7 +122,7 @@ func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
 	slow := &countingLoader{gate: gate}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
 		res, err := ns.Get(context.Background(), k, slow)
-		if err != nil || res.Source != holdfast.SourceStale {
+		if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonRevalidating, true) {
 			t.Fatalf("%s: %v, %v; want the stale value while it refreshes", k, res.Source, err)
 		}
 	}
@@ -196,8 +196,8 @@ func TestLeaseWaiterServesHeldCurrentValue(t *testing.T) {
 	}
 	start := time.Now()
 	res, err := ns.Get(context.Background(), "k", &countingLoader{})
-	if err != nil || string(res.Value) != "v1:k" || res.Source != holdfast.SourceLastKnownGood {
-		t.Fatalf("got %q from %v, %v; want the held value v1:k, local", res.Value, res.Source, err)
+	if err != nil || string(res.Value) != "v1:k" || !answered(res, holdfast.SourceMemory, holdfast.ReasonPeerLoading, false) {
+		t.Fatalf("got %q from %v, %v; want the held value v1:k, from memory", res.Value, res.Source, err)
 	}
 	if waited := time.Since(start); waited > 200*time.Millisecond {
 		t.Fatalf("waited %v with the current value in hand", waited)
@@ -391,7 +391,7 @@ func TestLeaseWaiterLabelsAnOldValueStale(t *testing.T) {
 		Value: []byte("old"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Minute),
 	}), time.Minute)
 	a := <-got
-	if a.err != nil || string(a.res.Value) != "old" || a.res.Source != holdfast.SourceStale {
+	if a.err != nil || string(a.res.Value) != "old" || !answered(a.res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 		t.Fatalf("got %q from %v, %v; want the old value labelled stale", a.res.Value, a.res.Source, a.err)
 	}
 }
@@ -408,14 +408,16 @@ func TestPastHardSharedValueKeptForStaleIfError(t *testing.T) {
 	}), time.Minute)
 	down := &countingLoader{err: errors.New("db down")}
 	for i, drop := range []bool{false, true} {
+		from := holdfast.SourceShared
 		if drop { // another process invalidated it, or Redis evicted it
+			from = holdfast.SourceMemory
 			if err := shared.Delete(context.Background(), "product:k"); err != nil {
 				t.Fatal(err)
 			}
 		}
 		res, err := ns.Get(context.Background(), "k", down)
-		if err != nil || string(res.Value) != "last" || res.Source != holdfast.SourceStaleOnError {
-			t.Fatalf("read %d: %q from %v, %v; want the last value, stale-on-error", i, res.Value, res.Source, err)
+		if err != nil || string(res.Value) != "last" || !answered(res, from, holdfast.ReasonSourceFailed, true) {
+			t.Fatalf("read %d: %q from %v for %v, %v; want the last value from %v, stale-on-error", i, res.Value, res.Source, res.Reason, err, from)
 		}
 	}
 }
@@ -435,7 +437,7 @@ func TestStaleReadersDoNotWaitForASlot(t *testing.T) {
 	eventually(t, "the only slot to be taken", func() bool { return c.LoadsInFlight() == 1 })
 	start := time.Now()
 	res, err := ns.Get(context.Background(), "warm", &countingLoader{})
-	if err != nil || res.Source != holdfast.SourceStaleOnError {
+	if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonOverloaded, true) {
 		t.Fatalf("got %v, %v; want the stale value", res.Source, err)
 	}
 	if waited := time.Since(start); waited > time.Second {

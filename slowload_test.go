@@ -94,7 +94,7 @@ func TestSlowLoadServesStaleAfterGrace(t *testing.T) {
 	slow := &countingLoader{gate: make(chan struct{})}
 	slow.calls.Store(1) // its value is v2:k
 	a := within(t, getAsync(t, ns, "k", slow), "reader of a past-hard value")
-	if a.err != nil || string(a.res.Value) != "v1:k" || a.res.Source != holdfast.SourceStaleOnSlowLoad || !a.res.Stale() {
+	if a.err != nil || string(a.res.Value) != "v1:k" || !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) || !a.res.Stale() {
 		t.Fatalf("got %q from %v (%v); want v1:k, stale-on-slow-load", a.res.Value, a.res.Source, a.err)
 	}
 	if a.waited < testGrace {
@@ -132,7 +132,7 @@ func TestSlowLoadGraceShortWhileSharedTierFails(t *testing.T) {
 
 	shared.Fail(errors.New("down"))
 	a := within(t, getAsync(t, ns, "k", slow), "reader of a past-hard value, the shared tier failing")
-	if a.err != nil || string(a.res.Value) != "v1:k" || a.res.Source != holdfast.SourceStaleOnSlowLoad || !a.res.Stale() {
+	if a.err != nil || string(a.res.Value) != "v1:k" || !answered(a.res, holdfast.SourceMemory, holdfast.ReasonSourceSlow, true) || !a.res.Stale() {
 		t.Fatalf("got %q from %v (%v); want v1:k, stale-on-slow-load", a.res.Value, a.res.Source, a.err)
 	}
 	if a.waited < testGrace || a.waited >= time.Second {
@@ -155,7 +155,7 @@ func TestSlowLoadGraceOnlyWithinStaleIfError(t *testing.T) {
 	inWindow := getAsync(t, ns, "within", slow)
 	past := getAsync(t, ns, "k", slow)
 	cold := getAsync(t, ns, "cold", slow)
-	if a := within(t, inWindow, "reader within its window"); a.res.Source != holdfast.SourceStaleOnSlowLoad {
+	if a := within(t, inWindow, "reader within its window"); !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) {
 		t.Fatalf("reader within its window: %q from %v (%v); want stale-on-slow-load", a.res.Value, a.res.Source, a.err)
 	}
 	stillWaiting(t, past, "reader of a value past its stale-if-error window")
@@ -177,7 +177,7 @@ func TestSlowLoadGraceDefaultAndOff(t *testing.T) {
 	on, _, _ := slowLoadNS(t, holdfast.Policy{})
 	off, _, _ := slowLoadNS(t, holdfast.Policy{SlowLoadGrace: -1})
 	slow := &countingLoader{gate: make(chan struct{})}
-	if a := within(t, getAsync(t, on, "k", slow), "default grace"); a.res.Source != holdfast.SourceStaleOnSlowLoad || a.waited < holdfast.DefaultSlowLoadGrace {
+	if a := within(t, getAsync(t, on, "k", slow), "default grace"); !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) || a.waited < holdfast.DefaultSlowLoadGrace {
 		t.Fatalf("default grace: %q from %v after %v; want stale-on-slow-load after %v", a.res.Value, a.res.Source, a.waited, holdfast.DefaultSlowLoadGrace)
 	}
 	offRead := getAsync(t, off, "k", slow)
@@ -217,7 +217,7 @@ func TestSlowLoadGraceForCollapsedReaders(t *testing.T) {
 	thaw()
 	for what, ch := range map[string]<-chan answer{"leader": leader, "early joiner": early} {
 		a := within(t, ch, what)
-		if a.err != nil || string(a.res.Value) != "v1:k" || a.res.Source != holdfast.SourceStaleOnSlowLoad {
+		if a.err != nil || string(a.res.Value) != "v1:k" || !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) {
 			t.Fatalf("%s: %q from %v (%v); want v1:k stale-on-slow-load", what, a.res.Value, a.res.Source, a.err)
 		}
 		if a.res.Collapsed != (what != "leader") {
@@ -225,7 +225,7 @@ func TestSlowLoadGraceForCollapsedReaders(t *testing.T) {
 		}
 	}
 	late := within(t, getAsync(t, ns, "k", slow), "late joiner")
-	if late.res.Source != holdfast.SourceStaleOnSlowLoad || !late.res.Collapsed || late.waited < testGrace {
+	if !answered(late.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) || !late.res.Collapsed || late.waited < testGrace {
 		t.Fatalf("late joiner: %v collapsed %v after %v; want stale-on-slow-load, collapsed, after its own grace", late.res.Source, late.res.Collapsed, late.waited)
 	}
 	if slow.calls.Load() != 1 {
@@ -263,7 +263,7 @@ func TestSlowLoadGraceGetMany(t *testing.T) {
 	select {
 	case res := <-done:
 		for i, k := range []string{"k", "j"} {
-			if string(res[i].Value) != "v1:"+k || res[i].Source != holdfast.SourceStaleOnSlowLoad {
+			if string(res[i].Value) != "v1:"+k || !answered(res[i], holdfast.SourceShared, holdfast.ReasonSourceSlow, true) {
 				t.Fatalf("GetMany, %s: %q from %v; want v1:%s stale-on-slow-load", k, res[i].Value, res[i].Source, k)
 			}
 		}

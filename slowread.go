@@ -155,7 +155,6 @@ func (n *Namespace) fromMemory(key string, now int64) *meta {
 // with m.
 func (n *Namespace) servedFromMemory(m *meta, now int64) Result {
 	n.ctr.inc(evMemoryOnSlowRead)
-	res, _ := n.served(m, SourceMemoryOnSlowRead)
-	res.pastSoft = now >= m.soft
+	res, _ := n.servedFor(m, SourceMemory, ReasonTierSlow, now)
 	return res
 }

@@ -65,7 +65,7 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 	thaw := stall()
 
 	a := within(t, getAsync(t, ns, "k", &countingLoader{}), "reader of a frozen tier")
-	if a.err != nil || string(a.res.Value) != "v1:k" || a.res.Source != holdfast.SourceMemoryOnSlowRead || a.res.Stale() {
+	if a.err != nil || string(a.res.Value) != "v1:k" || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || a.res.Stale() {
 		t.Fatalf("got %q from %v (stale %v, %v); want v1:k, memory-on-slow-read, not stale", a.res.Value, a.res.Source, a.res.Stale(), a.err)
 	}
 	if a.waited < testGrace {
@@ -78,7 +78,7 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 		t.Fatal("the shared read ended with its reader's wait")
 	}
 	// A reader that joins the frozen read is answered from memory too.
-	if a := within(t, getAsync(t, ns, "k", &countingLoader{}), "second reader"); a.res.Source != holdfast.SourceMemoryOnSlowRead || !a.res.Collapsed {
+	if a := within(t, getAsync(t, ns, "k", &countingLoader{}), "second reader"); (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || !a.res.Collapsed {
 		t.Fatalf("second reader: %q from %v (collapsed %v); want memory-on-slow-read, collapsed", a.res.Value, a.res.Source, a.res.Collapsed)
 	}
 
@@ -87,7 +87,7 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 	// The tier's answer is in last-known-good: with the tier down, it is
 	// what answers.
 	shared.Fail(errors.New("down"))
-	if res := mustGet(t, ns, "k", &countingLoader{}); string(res.Value) != "v9:k" || res.Source != holdfast.SourceLastKnownGood {
+	if res := mustGet(t, ns, "k", &countingLoader{}); string(res.Value) != "v9:k" || !answered(res, holdfast.SourceMemory, holdfast.ReasonTierDown, false) {
 		t.Fatalf("after the thaw, with the tier down: %q from %v; want the frozen read's v9:k from last-known-good", res.Value, res.Source)
 	}
 }
@@ -102,7 +102,7 @@ func TestSlowSharedReadJoinerAnsweredFromMemory(t *testing.T) {
 	t.Cleanup(thaw) // before the wait for first's reader
 	eventually(t, "the read of k to begin", func() bool { return ns.Loading("k") })
 	a := within(t, getAsync(t, ns, "k", &countingLoader{}), "reader joining a frozen read")
-	if a.err != nil || string(a.res.Value) != "v1:k" || a.res.Source != holdfast.SourceMemoryOnSlowRead || !a.res.Collapsed {
+	if a.err != nil || string(a.res.Value) != "v1:k" || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || !a.res.Collapsed {
 		t.Fatalf("joiner: %q from %v (collapsed %v, %v); want v1:k from memory, collapsed", a.res.Value, a.res.Source, a.res.Collapsed, a.err)
 	}
 	stillWaiting(t, first, "the first reader, on its own goroutine")
@@ -130,7 +130,7 @@ func TestSlowSharedReadWithoutMemoryWaits(t *testing.T) {
 			stillWaiting(t, ch, "reader of a frozen tier")
 			thaw()
 			a := within(t, ch, "reader after the thaw")
-			if a.err != nil || a.res.Source == holdfast.SourceMemoryOnSlowRead {
+			if a.err != nil || a.res.Reason == holdfast.ReasonTierSlow {
 				t.Fatalf("got %q from %v (%v); want the tier's or the loader's answer", a.res.Value, a.res.Source, a.err)
 			}
 			if st := ns.Stats(); st.MemoryOnSlowRead != 0 {
@@ -159,7 +159,7 @@ func TestStalledSharedTierPassedOver(t *testing.T) {
 		t.Fatalf("shared bypassed %d, loads %d; want 1, 1", st.SharedBypassed, loader.calls.Load())
 	}
 	a = within(t, getAsync(t, ns, "k", &countingLoader{}), "reader with a value in memory")
-	if a.err != nil || a.res.Source != holdfast.SourceMemoryOnSlowRead {
+	if a.err != nil || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) {
 		t.Fatalf("got %q from %v (%v); want memory-on-slow-read", a.res.Value, a.res.Source, a.err)
 	}
 	if st := ns.Stats(); st.SharedBypassed != 1 {
@@ -178,7 +178,7 @@ func TestSlowSharedReadPastHardOnlyWhileTierFails(t *testing.T) {
 	ch := getAsync(t, ns, "k", &countingLoader{})
 	stillWaiting(t, ch, "reader of a past-hard value, the tier not failing")
 	thaw()
-	if a := within(t, ch, "reader after the thaw"); a.err != nil || a.res.Source == holdfast.SourceMemoryOnSlowRead {
+	if a := within(t, ch, "reader after the thaw"); a.err != nil || a.res.Reason == holdfast.ReasonTierSlow {
 		t.Fatalf("got %q from %v (%v); want the load's answer", a.res.Value, a.res.Source, a.err)
 	}
 
@@ -188,7 +188,7 @@ func TestSlowSharedReadPastHardOnlyWhileTierFails(t *testing.T) {
 	shared.Fail(nil)
 	stall()
 	a := within(t, getAsync(t, ns, "j", &countingLoader{}), "reader of a past-hard value, the tier failing")
-	if a.err != nil || string(a.res.Value) != "v1:j" || a.res.Source != holdfast.SourceMemoryOnSlowRead || !a.res.Stale() {
+	if a.err != nil || string(a.res.Value) != "v1:j" || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || !a.res.Stale() {
 		t.Fatalf("got %q from %v (stale %v, %v); want v1:j, memory-on-slow-read, stale", a.res.Value, a.res.Source, a.res.Stale(), a.err)
 	}
 }
@@ -214,7 +214,7 @@ func TestSlowSharedReadGetMany(t *testing.T) {
 			t.Fatalf("errors %v", m.errs)
 		}
 		for i, want := range []string{"v1:k", "v1:j"} {
-			if r := m.res[i]; string(r.Value) != want || r.Source != holdfast.SourceMemoryOnSlowRead {
+			if r := m.res[i]; string(r.Value) != want || (r.Source != holdfast.SourceMemory || r.Reason != holdfast.ReasonTierSlow) {
 				t.Fatalf("key %d: %q from %v; want %s from memory", i, r.Value, r.Source, want)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 //
 // Concurrent reads of a key share one flight: the first read's trace is the
 // parent of the flight's stages, and the others' traces end with their
-// Result's Source SourceJoined. The stages of a load may end after the
+// Result Collapsed. The stages of a load may end after the
 // read's trace did (the shared-tier write follows the answer).
 type Tracer interface {
 	// StartRead begins the trace of a read of keys (one for Get) in

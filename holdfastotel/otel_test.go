@@ -112,8 +112,8 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 	// Stale: past p1's soft time the hot tier has dropped it, the shared
 	// tier answers stale and a refresh runs.
 	time.Sleep(250 * time.Millisecond)
-	if res := get("p1", ok); res.Source != holdfast.SourceStale {
-		t.Fatalf("p1 past soft from %v, want stale", res.Source)
+	if res := get("p1", ok); res.Source != holdfast.SourceShared || res.Reason != holdfast.ReasonRevalidating || !res.Stale() {
+		t.Fatalf("p1 past soft from %v for %v (stale %v), want shared, revalidating, stale", res.Source, res.Reason, res.Stale())
 	}
 	waitFor(t, "the refresh", func() bool { return ns.Stats().Loads == 2 && !ns.Loading("p1") })
 	// A load error.
@@ -267,14 +267,14 @@ func TestSpans(t *testing.T) {
 	var summary []string
 	for _, r := range reads {
 		slices.Sort(r.kids)
-		summary = append(summary, r.attrs["holdfast.key"].AsString()+" "+r.attrs["holdfast.source"].AsString()+" ["+strings.Join(r.kids, " ")+"]")
+		summary = append(summary, r.attrs["holdfast.key"].AsString()+" "+r.attrs["holdfast.source"].AsString()+"/"+r.attrs["holdfast.reason"].AsString()+" ["+strings.Join(r.kids, " ")+"]")
 	}
 	t.Logf("read spans: %q", summary)
 	want := []string{
-		"p1 loaded [holdfast.limiter holdfast.load holdfast.shared_read holdfast.shared_write]",
-		"p2 shared [holdfast.lease_wait holdfast.shared_read]",
-		"p1 stale [holdfast.limiter holdfast.load holdfast.shared_read holdfast.shared_write]",
-		"p3 none [holdfast.limiter holdfast.load holdfast.shared_read]",
+		"p1 loaded/none [holdfast.limiter holdfast.load holdfast.shared_read holdfast.shared_write]",
+		"p2 shared/none [holdfast.lease_wait holdfast.shared_read]",
+		"p1 shared/revalidating [holdfast.limiter holdfast.load holdfast.shared_read holdfast.shared_write]",
+		"p3 none/none [holdfast.limiter holdfast.load holdfast.shared_read]",
 	}
 	if len(summary) != len(want) {
 		t.Fatalf("%d read spans, want %d: %q", len(summary), len(want), summary)

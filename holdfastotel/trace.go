@@ -52,6 +52,7 @@ type readSpan struct{ span trace.Span }
 func (r readSpan) End(res holdfast.Result, err error) {
 	r.span.SetAttributes(
 		attribute.String("holdfast.source", res.Source.String()),
+		attribute.String("holdfast.reason", res.Reason.String()),
 		attribute.Bool("holdfast.collapsed", res.Collapsed),
 		attribute.Bool("holdfast.stale", res.Stale()),
 	)

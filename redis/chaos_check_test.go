@@ -227,12 +227,19 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 	vs := c.db.keys[r.key].vers
 	cv := vs[r.ver]
 
-	switch r.src {
-	case holdfast.SourceHot, holdfast.SourceShared, holdfast.SourceLastKnownGood:
-		c.late(vPastSoft, r, r.soft, "soft")
-	case holdfast.SourceStale:
+	switch r.why {
+	case 0, holdfast.ReasonTierDown, holdfast.ReasonPeerLoading:
+		switch {
+		case r.stale:
+			// Served while its refresh runs, here or in the process
+			// holding the lease.
+			c.late(vPastHard, r, r.hard, "hard")
+		case r.src != holdfast.SourceLoaded:
+			c.late(vPastSoft, r, r.soft, "soft")
+		}
+	case holdfast.ReasonRevalidating:
 		c.late(vPastHard, r, r.hard, "hard")
-	case holdfast.SourceStaleOnError, holdfast.SourceStaleOnSlowLoad, holdfast.SourceMemoryOnSlowRead:
+	case holdfast.ReasonSourceFailed, holdfast.ReasonOverloaded, holdfast.ReasonSourceSlow, holdfast.ReasonTierSlow:
 		c.late(vPastStaleIfError, r, r.hard+int64(b.sie), "hard + stale-if-error")
 	}
 	if cv.superseded == 0 {
@@ -262,13 +269,13 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 		}
 		return
 	}
-	switch r.src {
-	case holdfast.SourceShared:
+	switch {
+	case r.src == holdfast.SourceShared && r.why == 0:
 		if landed != 0 && r.begin > landed+int64(chaosReplicaSlack) {
 			c.add(vStaleShared, r, "read %s (%s; read began %v after the delete landed, bound %v)",
 				r.srcVer(c), inval, time.Duration(r.begin-landed), chaosReplicaSlack)
 		}
-	case holdfast.SourceHot:
+	case r.src == holdfast.SourceHot:
 		// A hot copy is stored at the end of a load that read the source
 		// before the supersession (at most LoadTimeout later), or from a
 		// shared-tier read made before the delete landed; it lives Hot.TTL.
@@ -281,7 +288,7 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 			c.add(vStaleHot, r, "read %s (%s; read began %v past the bound: latest store %s + Hot.TTL %v)",
 				r.srcVer(c), inval, time.Duration(r.begin-lim), c.rel(stored), b.hotTTL)
 		}
-	case holdfast.SourceLoaded:
+	case r.src == holdfast.SourceLoaded && !r.collapsed:
 		if lim := cv.superseded + int64(b.loadTimeout+chaosFlightSlack); r.begin > lim {
 			c.add(vStaleLoaded, r, "read %s (%s; a load that read the source before %s ends by %s, the read began %s)",
 				r.srcVer(c), inval, c.rel(cv.superseded), c.rel(lim), c.rel(r.begin))
@@ -290,7 +297,7 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 }
 
 func (r *chaosRead) srcVer(c *chaosChecker) string {
-	return fmt.Sprintf("version %d from %s (origin %s, soft %s, hard %s)", r.ver, r.src, c.rel(r.origin), c.rel(r.soft), c.rel(r.hard))
+	return fmt.Sprintf("version %d from %s/%s (origin %s, soft %s, hard %s)", r.ver, r.src, r.why, c.rel(r.origin), c.rel(r.soft), c.rel(r.hard))
 }
 
 // checkStaleDue finds errors in a process that held a value within its

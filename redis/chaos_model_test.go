@@ -203,6 +203,8 @@ type chaosRead struct {
 	key                uint16
 	proc               uint8
 	src                holdfast.Source
+	why                holdfast.Reason
+	stale, collapsed   bool
 	errKind            chaosErrKind
 	errMsg             string // kept for errors only
 }

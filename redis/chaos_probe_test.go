@@ -61,7 +61,7 @@ func (p *chaosProbes) suspect(db *chaosDB, r *chaosRead, writer int) {
 	// replay queue drained (landAll).
 	since, slack := cv.invReturn, int64(0)
 	if int(r.proc) != writer {
-		if r.src != holdfast.SourceShared {
+		if r.src != holdfast.SourceShared || r.why != 0 {
 			return
 		}
 		if cv.queued {

@@ -402,7 +402,7 @@ func (p *chaosProc) read(key int) (r chaosRead) {
 		r.errMsg = err.Error()
 		return r
 	}
-	r.src = res.Source
+	r.src, r.why, r.stale, r.collapsed = res.Source, res.Reason, res.Stale(), res.Collapsed
 	r.origin, r.soft, r.hard = res.Origin().UnixNano(), res.Soft().UnixNano(), res.Hard().UnixNano()
 	k, v, ok := parseChaosValue(res.Value)
 	switch {

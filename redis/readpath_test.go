@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,8 +205,8 @@ func midLoad(t *testing.T, rp *readPath, key string, readers int, fail func()) *
 			t.Fatalf("reader got error %v", a.err)
 		}
 		// One reader ran the load; the others joined it.
-		if src := a.res.Source; !bytes.Equal(a.res.Value, valueOf(key)) || (src != holdfast.SourceLoaded && src != holdfast.SourceJoined) {
-			t.Fatalf("reader got %q from %v", a.res.Value, a.res.Source)
+		if !bytes.Equal(a.res.Value, valueOf(key)) || a.res.Source != holdfast.SourceLoaded || a.res.Reason != 0 {
+			t.Fatalf("reader got %q from %v for %v", a.res.Value, a.res.Source, a.res.Reason)
 		}
 	}
 	if n := l.n(key); n != 1 {
@@ -255,8 +256,8 @@ func TestReadPathKilledMidLoad(t *testing.T) {
 	l := &countingLoader{}
 	for i := 0; i < 50; i++ {
 		res := rp.get(t, "k1", l, redis.DefaultReadBudget+slack)
-		if res.Source != holdfast.SourceLastKnownGood {
-			t.Fatalf("read %d after kill from %v, want local (last-known-good)", i, res.Source)
+		if res.Source != holdfast.SourceMemory || res.Reason != holdfast.ReasonTierDown {
+			t.Fatalf("read %d after kill from %v for %v, want memory, tier down", i, res.Source, res.Reason)
 		}
 		rp.get(t, fmt.Sprint("new", i), l, redis.DefaultReadBudget+slack)
 	}
@@ -315,7 +316,13 @@ func TestReadPathFrozenMidLoad(t *testing.T) {
 	var reads, slow atomic.Int64
 	var mu sync.Mutex
 	var worst time.Duration
-	sources := map[holdfast.Source]int{}
+	// sources counts the reads by where they came from and why.
+	type how struct {
+		src       holdfast.Source
+		why       holdfast.Reason
+		collapsed bool
+	}
+	sources := map[how]int{}
 	stop := time.Now().Add(time.Second)
 	for g := range 8 {
 		wg.Add(1)
@@ -342,7 +349,7 @@ func TestReadPathFrozenMidLoad(t *testing.T) {
 				}
 				mu.Lock()
 				worst = max(worst, d)
-				sources[res.Source]++
+				sources[how{res.Source, res.Reason, res.Collapsed}]++
 				mu.Unlock()
 				time.Sleep(2 * time.Millisecond)
 			}
@@ -353,7 +360,7 @@ func TestReadPathFrozenMidLoad(t *testing.T) {
 	t.Logf("frozen 1 s: %d reads, slowest %v, sources %v", reads.Load(), worst, sources)
 	t.Logf("frozen: ns %+v", st)
 	t.Logf("frozen: tier %+v", ts)
-	if sources[holdfast.SourceLastKnownGood] == 0 || sources[holdfast.SourceLoaded] == 0 || sources[holdfast.SourceShared] != 0 || ts.BreakerOpens == 0 {
+	if sources[how{holdfast.SourceMemory, holdfast.ReasonTierDown, false}] == 0 || sources[how{src: holdfast.SourceLoaded}] == 0 || sources[how{src: holdfast.SourceShared}] != 0 || ts.BreakerOpens == 0 {
 		t.Fatalf("sources %v, tier %+v", sources, ts)
 	}
 	// A known key is loaded at most once (before the freeze): the rest come
@@ -447,8 +454,8 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 	// Later reads, with Redis still down: no second load.
 	for i := 0; i < 20; i++ {
 		res := rp.get(t, key, l, redis.DefaultReadBudget+slack)
-		if res.Source != holdfast.SourceHot && res.Source != holdfast.SourceLastKnownGood && res.Source != holdfast.SourceMemoryOnSlowRead {
-			t.Fatalf("later read from %v", res.Source)
+		if res.Source != holdfast.SourceHot && !fromMemoryFor(res, holdfast.ReasonTierDown, holdfast.ReasonTierSlow) {
+			t.Fatalf("later read from %v for %v", res.Source, res.Reason)
 		}
 	}
 	if n := l.n(key); n != 1 {
@@ -468,8 +475,8 @@ func (rp *readPath) getShared(t *testing.T, when, key string, l holdfast.Loader)
 		if res.Source == holdfast.SourceShared {
 			return
 		}
-		if res.Source != holdfast.SourceMemoryOnSlowRead || try == 10 {
-			t.Fatalf("%s: %q from %v (read %d)", when, key, res.Source, try)
+		if !fromMemoryFor(res, holdfast.ReasonTierSlow) || try == 10 {
+			t.Fatalf("%s: %q from %v for %v (read %d)", when, key, res.Source, res.Reason, try)
 		}
 	}
 }
@@ -500,8 +507,8 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 		}
 		// From memory once a read outlasts the slow-read delay, from
 		// last-known-good once the breaker bypasses Redis.
-		if res := rp.get(t, keys[i%len(keys)], l, redis.DefaultReadBudget+slack); res.Source != holdfast.SourceLastKnownGood && res.Source != holdfast.SourceMemoryOnSlowRead {
-			t.Fatalf("frozen: from %v", res.Source)
+		if res := rp.get(t, keys[i%len(keys)], l, redis.DefaultReadBudget+slack); !fromMemoryFor(res, holdfast.ReasonTierDown, holdfast.ReasonTierSlow) {
+			t.Fatalf("frozen: from %v for %v", res.Source, res.Reason)
 		}
 	}
 	rp.srv.Thaw()
@@ -716,4 +723,10 @@ func TestReadPathOversizedRefused(t *testing.T) {
 	if count("ns-big") != 4 || count("tier-big") != 1 {
 		t.Fatalf("ns-big loaded %d times, want 4 (never cached); tier-big %d, want 1", count("ns-big"), count("tier-big"))
 	}
+}
+
+// fromMemoryFor reports whether res came from last-known-good for one of
+// whys.
+func fromMemoryFor(res holdfast.Result, whys ...holdfast.Reason) bool {
+	return res.Source == holdfast.SourceMemory && slices.Contains(whys, res.Reason)
 }

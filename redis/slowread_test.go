@@ -107,7 +107,7 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 	freeze()
 	cold := firstRead("cold")
 	res, d := timedGet("a")
-	if res.Source != holdfast.SourceMemoryOnSlowRead || string(res.Value) != "value-of-a" || d > fast {
+	if !fromMemoryFor(res, holdfast.ReasonTierSlow) || string(res.Value) != "value-of-a" || d > fast {
 		t.Fatalf("frozen: %q from %v after %v; want value-of-a from memory within %v", res.Value, res.Source, d, fast)
 	}
 	t.Logf("frozen, a value in memory: answered after %v", d)
@@ -128,7 +128,7 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 
 	freeze()
 	cold = firstRead("cold2")
-	if res, d := timedGet("a"); res.Source != holdfast.SourceMemoryOnSlowRead || string(res.Value) != "newer-a" || d > fast {
+	if res, d := timedGet("a"); !fromMemoryFor(res, holdfast.ReasonTierSlow) || string(res.Value) != "newer-a" || d > fast {
 		t.Fatalf("frozen again: %q from %v after %v; want the thawed read's newer-a from memory", res.Value, res.Source, d)
 	}
 	// Without a value in memory a read waits for Redis, as before.
@@ -142,7 +142,7 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 	// after the slow-read delay where a read still went to Redis.
 	eventually(t, 5*time.Second, func() bool { return rp.tier.Stats().BreakerState == redis.BreakerOpen })
 	for _, k := range keys[1:] {
-		if res, d := timedGet(k); (res.Source != holdfast.SourceMemoryOnSlowRead && res.Source != holdfast.SourceLastKnownGood) || d > fast {
+		if res, d := timedGet(k); !fromMemoryFor(res, holdfast.ReasonTierSlow, holdfast.ReasonTierDown) || d > fast {
 			t.Fatalf("frozen: %q from %v after %v; want memory within %v", k, res.Source, d, fast)
 		}
 	}

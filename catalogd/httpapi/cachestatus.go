@@ -16,14 +16,18 @@ const cacheName = "holdfast"
 // empty, must be printable ASCII without '"' or '\\' (an sf-string); it
 // tells the members of a composed response apart.
 //
-//	hot             holdfast; hit; detail=hot
-//	shared (Redis)  holdfast; hit; detail=shared
-//	last-known-good holdfast; hit; detail=last-known-good (Redis failing, value within its TTL)
-//	loaded          holdfast; fwd=miss; stored
-//	soft..hard      holdfast; hit; fwd=stale; detail=stale-while-revalidate
-//	past hard       holdfast; hit; detail=stale-if-error
-//	past hard, slow holdfast; hit; detail=stale-on-slow-load (the load outlasted SlowLoadGrace)
-//	Redis slow      holdfast; hit; detail=memory-on-slow-read (last-known-good; Redis outlasted the slow-read delay)
+//	hot tier          holdfast; hit; detail=hot
+//	Redis             holdfast; hit; detail=shared
+//	loaded            holdfast; fwd=miss; stored
+//	soft..hard        holdfast; hit; fwd=stale; detail=shared/revalidating
+//	Redis failing     holdfast; hit; detail=memory/tier-down (this process's last-known-good copy)
+//	database failing  holdfast; hit; fwd=stale; detail=memory/source-failed (stale-if-error)
+//
+// detail is the Source that answered, then, when the answer has one, a
+// slash and its Reason (memory/tier-slow, shared/source-slow, ...): the
+// same names as the library's, so a dashboard and a header agree. fwd=stale
+// marks every answer served past its soft time (Result.Stale): the cache
+// went, or tried to go, to the database because its copy was stale.
 //
 // collapsed is added when the read waited for another read's fetch, and ttl
 // is the remaining freshness in seconds (negative once stale), as RFC 9211
@@ -31,29 +35,18 @@ const cacheName = "holdfast"
 func appendCacheStatus(b []byte, res holdfast.Result, now time.Time, key string) []byte {
 	b = append(b, cacheName...)
 	switch res.Source {
-	case holdfast.SourceHot:
-		b = append(b, "; hit; detail=hot"...)
-	case holdfast.SourceShared:
-		b = append(b, "; hit; detail=shared"...)
-	case holdfast.SourceLastKnownGood:
-		b = append(b, "; hit; detail=last-known-good"...)
-	case holdfast.SourceStale:
-		b = append(b, "; hit; fwd=stale; detail=stale-while-revalidate"...)
-	case holdfast.SourceStaleOnError:
-		b = append(b, "; hit; detail=stale-if-error"...)
-	case holdfast.SourceStaleOnSlowLoad:
-		// Served stale while the database is slow, as stale-if-error is
-		// while it fails; the detail tells the two apart.
-		b = append(b, "; hit; detail=stale-on-slow-load"...)
-	case holdfast.SourceMemoryOnSlowRead:
-		// Served from this process's memory while Redis is slow, as
-		// last-known-good is while it fails.
-		b = append(b, "; hit; detail=memory-on-slow-read"...)
-	case holdfast.SourceMemoryForBusyNode:
-		// A fresh copy in this process's memory, served to spare a Redis
-		// node that carries more than its share.
-		b = append(b, "; hit; detail=memory-for-busy-node"...)
-	default: // SourceLoaded, SourceJoined (a miss another read loaded)
+	case holdfast.SourceHot, holdfast.SourceShared, holdfast.SourceMemory:
+		b = append(b, "; hit"...)
+		if res.Stale() {
+			b = append(b, "; fwd=stale"...)
+		}
+		b = append(b, "; detail="...)
+		b = append(b, res.Source.String()...)
+		if res.Reason != 0 {
+			b = append(b, '/')
+			b = append(b, res.Reason.String()...)
+		}
+	default: // SourceLoaded, for this read or one it waited for
 		b = append(b, "; fwd=miss; stored"...)
 	}
 	if res.Collapsed {

@@ -157,7 +157,7 @@ func TestEndToEndRedisClusterPostgres(t *testing.T) {
 				}
 				mu.Lock()
 				for _, m := range strings.Split(resp.Header.Get("Cache-Status"), ", ") {
-					details[strings.Split(m, "; ttl=")[0]]++ // "holdfast; hit; detail=last-known-good"
+					details[strings.Split(m, "; ttl=")[0]]++ // "holdfast; hit; detail=memory/tier-down"
 				}
 				mu.Unlock()
 			}

@@ -260,7 +260,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 		rec := e.get("/v1/products/2")
 		// With a shared tier only hot keys stay in process (Policy.Hot):
 		// the product comes from the shared tier.
-		wantCacheStatus(t, rec, `holdfast; hit; detail=shared`, `holdfast; hit; fwd=stale; detail=stale-while-revalidate; ttl=-1; key="stock:2"`)
+		wantCacheStatus(t, rec, `holdfast; hit; detail=shared`, `holdfast; hit; fwd=stale; detail=shared/revalidating; ttl=-1; key="stock:2"`)
 		if got := rec.Header().Get("Age"); got != "4" {
 			t.Errorf("Age %q, want 4 (the stock part's)", got)
 		}
@@ -294,7 +294,7 @@ func TestStaleIfError(t *testing.T) {
 		if rec.Code != 200 {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
-		wantCacheStatus(t, rec, `holdfast; hit; detail=hot`, `holdfast; hit; detail=stale-if-error; ttl=-3; key="stock:3"`)
+		wantCacheStatus(t, rec, `holdfast; hit; detail=hot`, `holdfast; hit; fwd=stale; detail=memory/source-failed; ttl=-3; key="stock:3"`)
 		if got := rec.Header().Get("Age"); got != "6" {
 			t.Errorf("Age %q, want 6", got)
 		}
@@ -310,7 +310,7 @@ func TestStaleIfError(t *testing.T) {
 
 		time.Sleep(10 * time.Minute) // list: hard 10 min, window until 20 min
 		rec = e.get("/v1/products?sort=price")
-		wantCacheStatus(t, rec, "holdfast; hit; detail=stale-if-error")
+		wantCacheStatus(t, rec, "holdfast; hit; fwd=stale; detail=memory/source-failed")
 		if got := rec.Header().Get("Age"); got != "611" {
 			t.Errorf("Age %q, want 611", got)
 		}
@@ -703,10 +703,10 @@ func TestRejectedRefreshServesStale(t *testing.T) {
 		if rec.Code != 200 {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
-		wantCacheStatus(t, rec, "holdfast; hit; detail=hot", `holdfast; hit; fwd=stale; detail=stale-while-revalidate; ttl=-1; key="stock:1"`)
+		wantCacheStatus(t, rec, "holdfast; hit; detail=hot", `holdfast; hit; fwd=stale; detail=memory/revalidating; ttl=-1; key="stock:1"`)
 
 		time.Sleep(2 * time.Second) // 6 s: past hard, within hard + 5 s
-		wantCacheStatus(t, e.get("/v1/products/3"), "holdfast; hit; detail=hot", `holdfast; hit; detail=stale-if-error; ttl=-3; key="stock:3"`)
+		wantCacheStatus(t, e.get("/v1/products/3"), "holdfast; hit; detail=hot", `holdfast; hit; fwd=stale; detail=memory/overloaded; ttl=-3; key="stock:3"`)
 
 		close(e.store.release)
 		if code := <-done; code != 200 {

@@ -32,6 +32,8 @@
 //   - Each part after a type, field or var must be one of its fields
 //     (nested and promoted ones included) or methods, and the next part is
 //     looked up in that member's type.
+//   - A span followed by " →" is a former name, as a changelog cites what
+//     a change replaced: it must no longer resolve.
 //
 // Names of other packages are allowlisted by package name rather than
 // resolved with go/types: resolving them would need every module's
@@ -94,7 +96,14 @@ func (idx *Index) Check(file, md string) (problems []Problem, checked int) {
 			continue
 		}
 		checked++
-		if reason := idx.resolve(name); reason != "" {
+		reason := idx.resolve(name)
+		switch {
+		case s.former && reason == "":
+			reason = "cited as a former name (before →), but it still exists"
+		case s.former:
+			reason = ""
+		}
+		if reason != "" {
 			out = append(out, Problem{File: file, Line: s.line, Span: s.text, Reason: reason})
 		}
 	}
@@ -102,8 +111,9 @@ func (idx *Index) Check(file, md string) (problems []Problem, checked int) {
 }
 
 type span struct {
-	line int
-	text string
+	line   int
+	text   string
+	former bool // followed by " →": a name a change replaced
 }
 
 // spans returns the inline code spans of md outside fenced code blocks.
@@ -143,8 +153,8 @@ func spans(md string) []span {
 			if len(text) > 1 && text[0] == ' ' && text[len(text)-1] == ' ' {
 				text = text[1 : len(text)-1]
 			}
-			out = append(out, span{n, text})
 			rest = body[end+ticks:]
+			out = append(out, span{n, text, strings.HasPrefix(rest, " →")})
 		}
 	}
 	return out

@@ -117,7 +117,8 @@ const fixture = "# Fixture\n" +
 	"```\n" +
 	"wrong: `redis.Options.Leveling`\n" +
 	"wrong: `Policy.MaxStoredBytes` and `holdfast.Nope`\n" +
-	"wrong: `SourceNowhere`, `Policy.Hot.Nope`, `(*Cache).Nope`, `TestNoSuchTest`\n"
+	"wrong: `SourceNowhere`, `Policy.Hot.Nope`, `(*Cache).Nope`, `TestNoSuchTest`\n" +
+	"replaced: `SourceNowhere` → `SourceMemory`; wrong: `SourceHot` → `SourceMemory`\n"
 
 // The checker names every wrong name of the fixture with its file and
 // line, and passes every right one.
@@ -126,8 +127,9 @@ func TestCheckFixture(t *testing.T) {
 	var got []string
 	problems, checked := idx.Check("fixture.md", fixture)
 	// The names of lines 2 to 4, the three of other packages (taken as
-	// they are) and the seven wrong ones; none of the "not names".
-	if wantChecked := 6 + 4 + 4 + 3 + 7; checked != wantChecked {
+	// they are), the seven wrong ones and the four of the former names'
+	// line; none of the "not names".
+	if wantChecked := 6 + 4 + 4 + 3 + 7 + 4; checked != wantChecked {
 		t.Errorf("Check checked %d names of the fixture; want %d", checked, wantChecked)
 	}
 	for _, p := range problems {
@@ -141,6 +143,7 @@ func TestCheckFixture(t *testing.T) {
 		"fixture.md:12: `Policy.Hot.Nope`:",
 		"fixture.md:12: `(*Cache).Nope`:",
 		"fixture.md:12: `TestNoSuchTest`:",
+		"fixture.md:13: `SourceHot`: cited as a former name",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Check found %d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))

@@ -58,12 +58,12 @@ func (h *holdfastCache) Access(key string) (bool, error) {
 	if n := min(len(key), len(res.Value)); !bytes.Equal(res.Value[:n], []byte(key[:n])) {
 		return false, fmt.Errorf("holdfast: read of %q returned another key's value %q", key, res.Value)
 	}
-	switch res.Source {
-	case holdfast.SourceHot:
+	switch {
+	case res.Source == holdfast.SourceHot:
 		return true, nil
-	case holdfast.SourceLoaded:
+	case res.Source == holdfast.SourceLoaded && !res.Collapsed:
 		h.loaded++
-	case holdfast.SourceJoined:
+	case res.Source == holdfast.SourceLoaded:
 		h.joined++
 	default:
 		return false, fmt.Errorf("holdfast: read of %q answered from %v, with no shared tier or last-known-good", key, res.Source)
@@ -78,7 +78,7 @@ const flightWait = 5 * time.Second
 
 // awaitFlight waits for key's flight to end. The reader is answered before
 // the loading goroutine leaves the flight, and a request of the key meanwhile
-// joins the flight (SourceJoined) instead of reading the store; a sequential
+// joins the flight (Result.Collapsed) instead of reading the store; a sequential
 // client's next request should see the store as the load left it, so the
 // replay waits, as it waits for theine's and ristretto's writes.
 func (h *holdfastCache) awaitFlight(key string) error {
