@@ -93,8 +93,8 @@ go test -run '^$' -fuzz '^FuzzDecodeEntry$' -fuzztime 300000x ./tier
 # access to the server can publish on.
 go test -run '^$' -fuzz '^FuzzDecodeAnnouncement$' -fuzztime 300000x ./redis
 # The in-process store's eviction bookkeeping against a model of what was
-# written: about 10 s here when idle.
-go test -run '^$' -fuzz '^FuzzPolicy$' -fuzztime 100000x ./internal/local
+# written: about 4 s here when idle.
+go test -run '^$' -fuzz '^FuzzPolicy$' -fuzztime 30000x ./internal/local
 
 step "bench module: tests, and every benchmark once"
 # -short: a benchmark whose figure is invalid on a machine this busy (the
