@@ -120,7 +120,7 @@ func (m *Main) ParseFlags(args []string) int {
 	fs.SetOutput(m.Stderr)
 	fs.StringVar(&m.scenario, "scenario", "", "scenario to run, a comma-separated list of them (run in order, in one process, as all runs them), or all (see -list)")
 	fs.StringVar(&m.out, "out", "lab-out", "directory for NAME.json, NAME.md, NAME.svg and index.md")
-	fs.DurationVar(&m.duration, "duration", 0, "length of each mode of a timed scenario (default: the scenario's, 30 s for most)")
+	fs.DurationVar(&m.duration, "duration", 0, "length of each mode of a timed scenario (default: the scenario's, 20 s for most)")
 	fs.Float64Var(&m.scale, "scale", 1, "multiply the length by this, for smoke runs (e.g. 0.1)")
 	fs.BoolVar(&m.list, "list", false, "list the scenarios and exit")
 	if err := fs.Parse(args); err != nil {
