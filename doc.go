@@ -14,12 +14,20 @@
 // source, unchanged as it moves between tiers), a soft time and a hard time.
 // Before soft a value is fresh. Between soft and hard it is returned at once
 // and one background refresh per key runs. Past hard a read loads
-// synchronously. When fresh data cannot be had — the shared tier and the
-// loader fail, or the limiter says no — a namespace may serve the last good
-// value it saw for up to its stale-if-error window past hard, counted from
-// origin. While the shared tier is down, the last good value is served until
-// its hard time, so an outage costs one load per key per TTL, not one per
-// read.
+// synchronously.
+//
+// Every fallback is one rule: a read that waits on a stage (the shared-tier
+// read, or the load with its lease and limiter) holds at most one copy it
+// may be answered with instead, and takes it at the stage's deadline. The
+// deadline is a few times the stage's usual latency (the slow-read delay,
+// Policy.SlowLoadGrace), and 0 where the path is known bad: the shared tier
+// down, the key's source in backoff after failed loads, the limiter full,
+// another process loading the key under a lease. The copy is the last good
+// value this process saw, or the shared tier's past-hard one: within its
+// hard time, or, where the source is slow or failing, within its
+// stale-if-error window past hard, counted from origin. So while the shared
+// tier is down an outage costs one load per key per TTL, not one per read.
+// Result.Source and Result.Reason say which copy answered and why.
 //
 // With a shared tier, the hot tier holds the keys read often enough to be
 // hot, found as they are read (Policy.Hot); a shared tier that is a tier.Smearer

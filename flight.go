@@ -3,7 +3,6 @@ package holdfast
 import (
 	"hash/maphash"
 	"sync"
-	"sync/atomic"
 )
 
 // A flight is one fetch of one key — shared-tier read, then load if needed —
@@ -44,21 +43,15 @@ type flight struct {
 	// that goroutine reads it without the lock, waiters under it.
 	published bool
 
-	// grace is the value the flight's readers may take when its load
-	// outlasts Policy.SlowLoadGrace (Namespace.graceStale decides whether
-	// it still may be served), or nil; offered says the flight's goroutine
-	// has set it, once it knew the flight must load. Under mu. A reader
-	// whose bound passes before then waits on graceSet, made by the first
-	// such reader, so a flight nobody waits on this way allocates nothing.
-	grace     *meta
-	graceFrom Source // the tier grace is from
-	offered   bool
-	graceSet  chan struct{}
-
-	// readOver is set once the flight's shared-tier read has answered (or
-	// was never needed): from then on its readers wait for the load, not
-	// for the tier, and none is answered from memory for a slow read.
-	readOver atomic.Bool
+	// stage is what the flight waits on, which sets its readers' deadline
+	// (see wait.go), and copy is the value they may take at the load
+	// stage's deadline, with the tier it is from (nil for none). Under mu.
+	// A reader waits for a change on staged, made by the first such
+	// reader, so a flight nobody waits on allocates nothing.
+	stage    stage
+	copy     *meta
+	copyFrom Source
+	staged   chan struct{}
 }
 
 type outcome struct {
@@ -103,38 +96,28 @@ func (f *flight) finish(res Result, err error) {
 	f.mu.Unlock()
 }
 
-// offerGrace sets the value the flight's readers may take if its load is
-// slow (nil for none) and the tier it is from, once: a flight goes on from
-// one lookup to one load.
-func (f *flight) offerGrace(m *meta, src Source) {
+// setStage moves the flight to stage st, with copy m from src for its
+// readers to take at the stage's deadline, and wakes the readers waiting
+// on the stage.
+func (f *flight) setStage(st stage, m *meta, src Source) {
 	f.mu.Lock()
-	f.grace, f.graceFrom, f.offered = m, src, true
-	if f.graceSet != nil {
-		close(f.graceSet)
+	f.stage, f.copy, f.copyFrom = st, m, src
+	if f.staged != nil {
+		close(f.staged)
+		f.staged = nil
 	}
 	f.mu.Unlock()
 }
 
-// graceOffer returns the value and tier offerGrace set and true, or, until it is
-// set, a channel closed when it is.
-func (f *flight) graceOffer() (m *meta, src Source, offered bool, set <-chan struct{}) {
+// stageNow returns the flight's stage and copy, and a channel closed when
+// they change.
+func (f *flight) stageNow() (st stage, m *meta, src Source, changed <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.offered {
-		return f.grace, f.graceFrom, true, nil
+	if f.staged == nil {
+		f.staged = make(chan struct{})
 	}
-	if f.graceSet == nil {
-		f.graceSet = make(chan struct{})
-	}
-	return nil, 0, false, f.graceSet
-}
-
-// mayGrace reports whether a reader of the flight may yet be served its
-// grace value: the flight has one, or has not said yet.
-func (f *flight) mayGrace() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return !f.offered || f.grace != nil
+	return f.stage, f.copy, f.copyFrom, f.staged
 }
 
 // firstReady returns a channel closed once firstOut is set.

@@ -118,3 +118,44 @@ func (l *limiter) inUse() int {
 	}
 	return len(l.slots)
 }
+
+// acquire takes a load slot as mode says (see admission): one of the
+// namespace's cap, if any, and then one of its reserved slots if one is
+// free, else one of the Cache's. It returns the function that gives them
+// back, or nil when the load is refused.
+func (n *Namespace) acquire(ctx context.Context, mode admission) (release func()) {
+	if !n.limit.acquire(ctx, mode) {
+		return nil
+	}
+	if n.reserved != nil && n.reserved.acquire(ctx, mode) {
+		return n.releaseReserved
+	}
+	if !n.c.limit.acquire(ctx, mode) {
+		n.limit.release()
+		return nil
+	}
+	return n.release
+}
+
+func (n *Namespace) releaseReserved() {
+	n.reserved.release()
+	n.limit.release()
+}
+
+// allCanBeServedStale reports whether every job's readers could be served a
+// stale value if its load were refused: then a busy source refuses at once
+// instead of making them wait for a slot.
+func (n *Namespace) allCanBeServedStale(js []*job) bool {
+	now := n.exactNow()
+	for _, j := range js {
+		if m, _ := n.bestStale(j.key, j.fallback, now); m == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (n *Namespace) release() {
+	n.c.limit.release()
+	n.limit.release()
+}

@@ -3,7 +3,6 @@ package holdfast
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -54,68 +53,6 @@ func (n *Namespace) prepare(ctx context.Context, j *job) {
 	j.ver = n.readVersion(ctx, j.key, j.status)
 	if n.p.Lease.Enabled && n.coord != nil && j.status == tierMiss && !j.f.published {
 		j.waiting = n.takeLease(ctx, j)
-	}
-}
-
-// servedInBackoff answers j without a load while its key's retry is not
-// due (see loadFailed): with a stale value when one may be served, else
-// with the last load's error.
-func (n *Namespace) servedInBackoff(j *job) bool {
-	if n.backoff == nil {
-		return false
-	}
-	lf := n.backoff.Get(j.key, n.now())
-	if lf == nil || n.now() >= lf.retryAt {
-		return false
-	}
-	n.ctr.inc(evErrorBackoff)
-	res, err := n.failed(j.f, j.key, j.fallback, &loadError{n.name, j.key, lf.err})
-	j.out, j.done = outcome{res, err}, true
-	return true
-}
-
-// loadFailure is a key whose loads have been failing: the last one's
-// error, how many failed in a row, and when the loader may be called again.
-type loadFailure struct {
-	err     error
-	streak  int
-	retryAt int64
-}
-
-// maxLoadErrorBackoff caps a key's wait between failed loads: after a
-// source recovers, a key stays stale or failing at most this long (or its
-// TTL, if shorter), while a long outage costs it about two calls a minute.
-const maxLoadErrorBackoff = 30 * time.Second
-
-// loadFailed notes a failed load of key. Its next load waits
-// LoadErrorBackoff, doubled for each earlier failure in a row, up to
-// the ceiling, and shortened by up to a quarter at random so that keys and
-// processes that failed together do not retry together.
-func (n *Namespace) loadFailed(key string, err error) {
-	if n.backoff == nil {
-		return
-	}
-	now := n.now()
-	streak := 1
-	if old := n.backoff.Get(key, now); old != nil {
-		streak = min(old.streak+1, 64)
-	}
-	ceiling := max(n.p.LoadErrorBackoff, min(maxLoadErrorBackoff, n.p.TTL))
-	step := n.p.LoadErrorBackoff
-	for i := 1; i < streak && step < ceiling; i++ {
-		step *= 2
-	}
-	step = min(step, ceiling)
-	retryAt := now + int64(step) - rand.Int64N(int64(step)/4+1)
-	// Kept a ceiling past the retry, so that a retry that fails too
-	// waits longer.
-	n.backoff.Set(key, loadFailure{err, streak, retryAt}, 0, retryAt+int64(ceiling), now)
-}
-
-// loadSucceeded starts key's backoff over: the source answered.
-func (n *Namespace) loadSucceeded(key string) {
-	if n.backoff != nil && n.backoff.Get(key, n.now()) != nil {
-		n.backoff.Delete(key)
 	}
 }
 
@@ -469,47 +406,6 @@ func (n *Namespace) bestStale(key string, fallback *meta, now int64) (*meta, Sou
 		return nil, 0
 	}
 	return best, src
-}
-
-// acquire takes a load slot as mode says (see admission): one of the
-// namespace's cap, if any, and then one of its reserved slots if one is
-// free, else one of the Cache's. It returns the function that gives them
-// back, or nil when the load is refused.
-func (n *Namespace) acquire(ctx context.Context, mode admission) (release func()) {
-	if !n.limit.acquire(ctx, mode) {
-		return nil
-	}
-	if n.reserved != nil && n.reserved.acquire(ctx, mode) {
-		return n.releaseReserved
-	}
-	if !n.c.limit.acquire(ctx, mode) {
-		n.limit.release()
-		return nil
-	}
-	return n.release
-}
-
-func (n *Namespace) releaseReserved() {
-	n.reserved.release()
-	n.limit.release()
-}
-
-// allCanBeServedStale reports whether every job's readers could be served a
-// stale value if its load were refused: then a busy source refuses at once
-// instead of making them wait for a slot.
-func (n *Namespace) allCanBeServedStale(js []*job) bool {
-	now := n.exactNow()
-	for _, j := range js {
-		if m, _ := n.bestStale(j.key, j.fallback, now); m == nil {
-			return false
-		}
-	}
-	return true
-}
-
-func (n *Namespace) release() {
-	n.c.limit.release()
-	n.limit.release()
 }
 
 func (n *Namespace) observe(d time.Duration, err error) {

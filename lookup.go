@@ -62,9 +62,6 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	// The shared tier may have taken up to its read budget (two, for a
 	// smeared copy that missed): judge the answers by the time now.
 	now = n.exactNow()
-	for _, j := range toRead {
-		j.f.readOver.Store(true)
-	}
 	for i, j := range toRead {
 		j.status = statuses[i]
 		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
@@ -80,7 +77,6 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 		return
 	}
 	if out, ok := n.spareBusyNode(j, now); ok {
-		j.f.readOver.Store(true)
 		j.out, j.done = out, true
 		return
 	}
@@ -99,7 +95,6 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 		now = n.exactNow() // see lookup
 		n.c.shared.readEnds(began, now, j.status == tierHit || j.status == tierMiss)
 	}
-	j.f.readOver.Store(true)
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
 }
 

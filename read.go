@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // The read path. Get and GetMany walk the same stages, so every guarantee
@@ -144,7 +143,7 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 		n.finish(&jv)
 		return jv.out.res, jv.out.err
 	}
-	n.offerGrace(&jv)
+	n.toLoad(&jv)
 	if err := n.goFlight(&jv, func(j *job) { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }); err != nil {
 		return Result{}, err
 	}
@@ -282,7 +281,7 @@ func (n *Namespace) run(ctx context.Context, js []*job, src source) {
 		if j.done {
 			n.finish(j)
 		} else {
-			n.offerGrace(j)
+			n.toLoad(j)
 			pending = append(pending, j)
 		}
 	}
@@ -298,174 +297,6 @@ func (n *Namespace) loadAndFinish(ctx context.Context, js []*job, src source) {
 	for _, j := range js {
 		n.finish(j)
 	}
-}
-
-// wait waits for the flight's answer, or for ctx, or, when the reader may
-// be served a stale value and the load is slow, for its grace
-// (Policy.SlowLoadGrace) to pass, or, when it may be served from memory
-// and the shared-tier read is slow, for the slow-read delay
-// (Policy.SlowReadGrace) to pass.
-func (n *Namespace) wait(ctx context.Context, key string, f *flight, collapsed bool) (Result, error) {
-	g := graceWait{key: key}
-	defer g.stop()
-	res, err, answered := n.await(ctx, f, f.firstReady(), &g)
-	out := outcome{res, err}
-	if !answered {
-		out = f.firstOut
-	}
-	// A stale value handed out while its refresh runs is past its hard time
-	// for a reader arriving late: that reader waits for the refresh, the one
-	// synchronous load allowed past hard.
-	if !answered && out.res.Stale() && n.exactNow() >= out.res.hard {
-		res, err, answered = n.await(ctx, f, f.finishedReady(), &g)
-		out = outcome{res, err}
-		if !answered {
-			out = f.finalOut
-		}
-	}
-	if out.err != nil && answered {
-		return Result{}, out.err // the reader's own context ended
-	}
-	out.res.Collapsed = collapsed
-	return out.res, out.err
-}
-
-// graceWait is one reader's bounds on its wait for a slow load and for a
-// slow shared-tier read: their timers start when the reader first has to
-// wait, so each reader of a flight waits at most Policy.SlowLoadGrace (or
-// the slow-read delay) from then, whenever it joined.
-type graceWait struct {
-	key     string
-	t       *time.Timer
-	expired bool
-	// memory bounds the wait for the shared tier while last-known-good
-	// holds a value the reader may be served; memoryOver is set once it
-	// passed, or once there was no such value.
-	memory     *time.Timer
-	memoryOver bool
-}
-
-func (g *graceWait) stop() {
-	if g.t != nil {
-		g.t.Stop()
-	}
-	if g.memory != nil {
-		g.memory.Stop()
-	}
-}
-
-// await waits for ready. answered is true when the reader has its answer
-// otherwise: res and err are then ctx's error, or the flight's stale value
-// once the reader's grace has passed.
-func (n *Namespace) await(ctx context.Context, f *flight, ready <-chan struct{}, g *graceWait) (res Result, err error, answered bool) {
-	select {
-	case <-ready:
-		return Result{}, nil, false
-	default:
-	}
-	// The timer is made only for a reader that must wait and may be
-	// served stale: a miss with nothing in hand allocates none.
-	grace := n.p.SlowLoadGrace > 0
-	var bound <-chan time.Time
-	if grace && !g.expired && f.mayGrace() {
-		if g.t == nil {
-			g.t = time.NewTimer(n.slowLoadGrace())
-		}
-		bound = g.t.C
-	}
-	// Likewise the slow-read timer, only while the flight's shared read
-	// runs and last-known-good holds a value this reader may be served.
-	var memory <-chan time.Time
-	if !g.memoryOver && !f.readOver.Load() && n.slowReadOn() {
-		if g.memory == nil {
-			if n.fromMemory(g.key, n.exactNow()) == nil {
-				g.memoryOver = true
-			} else {
-				g.memory = time.NewTimer(n.slowReadDelay())
-			}
-		}
-		if g.memory != nil {
-			memory = g.memory.C
-		}
-	}
-	for {
-		// Past the grace: the flight's stale value, if it may be served,
-		// as soon as the flight has said what it is.
-		var offer <-chan struct{}
-		if grace && g.expired {
-			m, src, offered, set := f.graceOffer()
-			if offered {
-				if res, ok := n.graceStale(m, src); ok {
-					return res, nil, true
-				}
-			}
-			offer = set // nil once offered: nothing more to wait for but the load
-		}
-		select {
-		case <-ready:
-			return Result{}, nil, false
-		case <-ctx.Done():
-			return Result{}, ctx.Err(), true
-		case <-bound:
-			g.expired, bound = true, nil
-		case <-memory:
-			g.memoryOver, memory = true, nil
-			if !f.readOver.Load() {
-				now := n.exactNow()
-				if m := n.fromMemory(g.key, now); m != nil {
-					return n.servedFromMemory(m, now), nil, true
-				}
-			}
-		case <-offer:
-		}
-	}
-}
-
-// offerGrace tells j's flight, before its load, which value its readers may
-// be served if the load outlasts their grace: the one stale-if-error would
-// serve if the load failed. A copy another process's invalidation demoted
-// is not offered: that one is a fallback for a source that fails, and a
-// slow source is still answering.
-func (n *Namespace) offerGrace(j *job) {
-	if n.p.SlowLoadGrace <= 0 {
-		return
-	}
-	m, src := n.bestStale(j.key, j.fallback, n.exactNow())
-	if m != nil && m.demoted {
-		m = nil
-	}
-	j.f.offerGrace(m, src)
-}
-
-// slowLoadGrace is how long a reader that may be served a stale value waits
-// for its load: Policy.SlowLoadGrace, or, while the shared tier is failing
-// and answering from memory is on, no longer than the slow-read delay. With
-// the shared tier down every process's reads reach the source at once, and
-// a value stale-if-error would serve answers the reader after the delay
-// that would have answered a slow shared read: the outage then costs a
-// reader whose value passed its hard time a few milliseconds, not a load.
-func (n *Namespace) slowLoadGrace() time.Duration {
-	if n.slowReadOn() && n.c.shared.failing(n.exactNow()) {
-		return min(n.p.SlowLoadGrace, n.slowReadDelay())
-	}
-	return n.p.SlowLoadGrace
-}
-
-// graceStale answers a reader whose grace passed with m, the flight's
-// offered value from src, if it is past its hard time and still within its
-// stale-if-error window. Before hard, stale-while-revalidate has answered
-// already or the value is not one to serve without the load.
-func (n *Namespace) graceStale(m *meta, src Source) (Result, bool) {
-	if m == nil {
-		return Result{}, false
-	}
-	now := n.exactNow()
-	if now < m.hard || now >= n.staleUntil(m) {
-		return Result{}, false
-	}
-	n.ctr.inc(evStaleOnSlowLoad)
-	res, _ := n.servedFor(m, src, ReasonSourceSlow, now)
-	return res, true
 }
 
 // startRefresh starts a background refresh of key unless a flight for it is

@@ -132,29 +132,3 @@ func (n *Namespace) passOver(key string, now int64) bool {
 		n.c.shared.stalled(now, passOverFactor*n.slowReadDelay()) &&
 		(n.lkg == nil || n.fromMemory(key, now) == nil)
 }
-
-// fromMemory returns the last-known-good value of key that a slow shared
-// read may be answered with at now, or nil: one within its hard time, or,
-// while the tier is failing, one past it within its stale-if-error window.
-// A copy another process's invalidation demoted is not current, and a
-// cached not-found is never served past its time.
-func (n *Namespace) fromMemory(key string, now int64) *meta {
-	m := n.lkg.Get(key, now)
-	switch {
-	case m == nil || m.demoted || m.negative:
-		return nil
-	case now < m.hard:
-		return m
-	case now < n.staleUntil(m) && n.c.shared.failing(now):
-		return m
-	}
-	return nil
-}
-
-// servedFromMemory answers a reader whose shared read outlasted its delay
-// with m.
-func (n *Namespace) servedFromMemory(m *meta, now int64) Result {
-	n.ctr.inc(evMemoryOnSlowRead)
-	res, _ := n.servedFor(m, SourceMemory, ReasonTierSlow, now)
-	return res
-}
