@@ -4,9 +4,10 @@
 // The bound is on the memory an entry really takes, not on its payload: each
 // entry is charged its key's bytes, the bytes its value holds (as the caller
 // says), its node and its share of the index, each rounded up as the Go
-// allocator rounds it (see Cost). For a 16-byte value the node and index
-// alone take 184 bytes, many times the value: a store charging its bytes
-// plus a guessed 128 once held 1.7 times its budget in live heap.
+// allocator rounds it (see Cost). For a 16-byte value the node, index and
+// frequency sketch alone take about 200 bytes, many times the value: a
+// store charging its bytes plus a guessed 128 held 1.7 times its budget in
+// live heap.
 //
 // The same Store serves as the hot tier (small, short-lived, fresh values
 // only) and as the last-known-good store (larger, kept until the end of a
