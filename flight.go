@@ -3,6 +3,7 @@ package holdfast
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
 // A flight is one fetch of one key — shared-tier read, then load if needed —
@@ -52,6 +53,10 @@ type flight struct {
 	copy     *meta
 	copyFrom Source
 	staged   chan struct{}
+	// readOver is set once the flight's shared-tier read has answered:
+	// from then on no reader takes a copy for a slow read. An atomic word
+	// rather than a stage change: it is written on every shared hit.
+	readOver atomic.Bool
 }
 
 type outcome struct {

@@ -63,6 +63,7 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	// smeared copy that missed): judge the answers by the time now.
 	now = n.exactNow()
 	for i, j := range toRead {
+		j.f.readOver.Store(true)
 		j.status = statuses[i]
 		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
 	}
@@ -95,6 +96,7 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 		now = n.exactNow() // see lookup
 		n.c.shared.readEnds(began, now, j.status == tierHit || j.status == tierMiss)
 	}
+	j.f.readOver.Store(true)
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
 }
 

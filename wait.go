@@ -112,10 +112,10 @@ func (n *Namespace) await(ctx context.Context, f *flight, ready <-chan struct{},
 		if d, ok := n.deadline(st); ok {
 			now := n.exactNow()
 			if left := d - time.Since(w.begun); left > 0 {
-				if n.copyAt(w.key, st, m, src, now) != nil {
+				if n.copyAt(f, w.key, st, m, src, now) != nil {
 					deadline = w.arm(left)
 				}
-			} else if res, ok := n.takeCopy(w.key, st, m, src, now); ok {
+			} else if res, ok := n.takeCopy(f, w.key, st, m, src, now); ok {
 				return res, nil, true
 			}
 		}
@@ -155,10 +155,13 @@ func (n *Namespace) deadline(st stage) (time.Duration, bool) {
 	return 0, false
 }
 
-// copyAt returns the copy a reader of key may take at now in stage st,
-// given the flight's copy m, or nil.
-func (n *Namespace) copyAt(key string, st stage, m *meta, src Source, now int64) *meta {
+// copyAt returns the copy a reader of f may take at now in stage st, given
+// the flight's copy m, or nil.
+func (n *Namespace) copyAt(f *flight, key string, st stage, m *meta, src Source, now int64) *meta {
 	if st == stageRead {
+		if f.readOver.Load() {
+			return nil
+		}
 		return n.fromMemory(key, now)
 	}
 	// Before hard, stale-while-revalidate has answered already, or the
@@ -171,8 +174,8 @@ func (n *Namespace) copyAt(key string, st stage, m *meta, src Source, now int64)
 
 // takeCopy answers a reader whose deadline passed with its copy, if it
 // still has one.
-func (n *Namespace) takeCopy(key string, st stage, m *meta, src Source, now int64) (Result, bool) {
-	m = n.copyAt(key, st, m, src, now)
+func (n *Namespace) takeCopy(f *flight, key string, st stage, m *meta, src Source, now int64) (Result, bool) {
+	m = n.copyAt(f, key, st, m, src, now)
 	if m == nil {
 		return Result{}, false
 	}
