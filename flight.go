@@ -115,10 +115,14 @@ func (f *flight) setStage(st stage, m *meta, src Source) {
 }
 
 // stageNow returns the flight's stage and copy, and a channel closed when
-// they change.
+// they change; nil in the load stage, the last, so that a miss's reader
+// makes none.
 func (f *flight) stageNow() (st stage, m *meta, src Source, changed <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.stage == stageLoad {
+		return f.stage, f.copy, f.copyFrom, nil
+	}
 	if f.staged == nil {
 		f.staged = make(chan struct{})
 	}
