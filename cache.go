@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/observe"
 )
 
 // Source says which tier answered a read. Why an answer is not a fresh one
@@ -189,9 +191,6 @@ func New(opts Options) (*Cache, error) {
 		c.clock = systemClock{}
 		c.coarse = startCoarseClock()
 	}
-	if opts.Recorder != nil {
-		c.recorder.Store(&recorderBox{[]Recorder{opts.Recorder}})
-	}
 	if opts.Shared != nil {
 		c.caps = probeTier(opts.Shared)
 		// A tier that has not connected yet cannot say what it can do:
@@ -340,19 +339,19 @@ func (c *Cache) Close() error {
 }
 
 // recorderBox holds the Recorders for an atomic pointer.
-type recorderBox struct{ rs []Recorder }
+type recorderBox struct{ rs []observe.Recorder }
 
 // SetRecorder adds a Recorder that receives load latencies, for an exporter
 // set up after New. A Cache takes one Recorder of each type (a Prometheus
 // exporter and an OpenTelemetry one, say): a second of a type it has is an
 // error, so that an exporter registered twice never silently counts twice.
-func (c *Cache) SetRecorder(r Recorder) error {
+func (c *Cache) SetRecorder(r observe.Recorder) error {
 	if r == nil {
 		return errors.New("holdfast: SetRecorder(nil)")
 	}
 	for {
 		old := c.recorder.Load()
-		var rs []Recorder
+		var rs []observe.Recorder
 		if old != nil {
 			for _, have := range old.rs {
 				if reflect.TypeOf(have) == reflect.TypeOf(r) {

@@ -77,8 +77,8 @@ func (n *Namespace) tryLease(ctx context.Context, j *job) (heldElsewhere bool) {
 // j done when the value arrived; otherwise j loads, holding the lease or
 // not (the tier failed, or the wait ran out).
 func (n *Namespace) waitLease(ctx context.Context, j *job) {
-	if st := n.startStage(ctx, StageLeaseWait); st != nil {
-		defer func() { st.End(StageResult{Outcome: either(j.done, "value", "load")}) }()
+	if st := n.startStage(ctx, traceLeaseWait); st != nil {
+		defer func() { st.End(stageResult{Outcome: either(j.done, "value", "load")}) }()
 	}
 	// A lease lives Lease.TTL at most, and whoever takes it next (another
 	// waiter, maybe in another process) loads for LoadTimeout at most: past

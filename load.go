@@ -91,10 +91,10 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	case n.allCanBeServedStale(toLoad):
 		mode = admitNow
 	}
-	lst := n.startStage(ctx, StageLimiter)
+	lst := n.startStage(ctx, traceLimiter)
 	release := n.acquire(ctx, mode)
 	if lst != nil {
-		lst.End(StageResult{Outcome: either(release != nil, "admitted", "rejected")})
+		lst.End(stageResult{Outcome: either(release != nil, "admitted", "rejected")})
 	}
 	if release == nil {
 		// A refresh's readers were answered already: counted apart, so
@@ -124,7 +124,7 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 	lts := &lifetimes{keys: keys}
 	lctx = context.WithValue(lctx, lifetimesKey{}, lts)
 	start := n.c.clock.Now()
-	st := n.startStage(lctx, StageLoad)
+	st := n.startStage(lctx, traceLoad)
 	ans, err := callBounded(n.c, lctx, func(ctx context.Context) (keysAnswer, error) { return src.load(ctx, keys) }, release)
 	lo := n.loadOutcome(lctx, start, err)
 	if lo.err != nil && !isNotFound(lo.err) {
@@ -134,7 +134,7 @@ func (n *Namespace) loadNow(ctx context.Context, js []*job, src source) {
 		}
 	}
 	if st != nil {
-		st.End(StageResult{Outcome: loadOutcomeName(lo.err), Err: lo.err})
+		st.End(stageResult{Outcome: loadOutcomeName(lo.err), Err: lo.err})
 	}
 	var writes []tier.Item
 	var vers []version
@@ -283,11 +283,11 @@ func (n *Namespace) forget(key string) {
 // The write gets a LoadTimeout of its own, whatever the load took, on top
 // of the tier's own bound (the Redis tier's WriteTimeout).
 func (n *Namespace) writeShared(fctx context.Context, items []tier.Item, vers []version) {
-	st := n.startStage(fctx, StageSharedWrite)
+	st := n.startStage(fctx, traceSharedWrite)
 	var failed error
 	defer func() {
 		if st != nil {
-			st.End(StageResult{Outcome: either(failed == nil, "ok", "error"), Err: failed})
+			st.End(stageResult{Outcome: either(failed == nil, "ok", "error"), Err: failed})
 		}
 	}()
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)

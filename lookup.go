@@ -44,7 +44,7 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 			statuses[i] = tierNone
 		}
 	} else {
-		st := n.startStage(ctx, StageSharedRead)
+		st := n.startStage(ctx, traceSharedRead)
 		n.sharedGetMany(ctx, toRead, metas, statuses)
 		for i := range metas {
 			metas[i].current = now // found current by a read sent then
@@ -56,7 +56,7 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 					worst = s
 				}
 			}
-			st.End(StageResult{Outcome: statusOutcome(worst)})
+			st.End(stageResult{Outcome: statusOutcome(worst)})
 		}
 	}
 	// The shared tier may have taken up to its read budget (two, for a

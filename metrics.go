@@ -4,18 +4,8 @@ import (
 	"math/bits"
 	"runtime"
 	"sync/atomic"
-	"time"
 	"unsafe"
 )
-
-// Recorder receives measurements that need a distribution rather than a
-// count. Its methods are called on the load path (milliseconds), never on a
-// hit; they must be safe for concurrent use and must not block.
-type Recorder interface {
-	// ObserveLoad reports one loader call: its namespace, how long it took,
-	// and its outcome ("ok", "not_found", "error", "timeout", "panic").
-	ObserveLoad(namespace string, d time.Duration, outcome string)
-}
 
 // Stats is a snapshot of one namespace's counters. Every field counts events
 // since the Cache was created.

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/observe"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -41,14 +42,11 @@ type Options struct {
 	// millisecond into a word that hits read. Tests inject a fake.
 	Clock Clock
 
-	// Recorder receives load latencies. Default nil: none recorded (the
-	// counters in Stats are always kept). An exporter set up after New sets
-	// it with Cache.SetRecorder.
-	Recorder Recorder
-
 	// Tracer traces the reads that leave the hot tier, stage by stage
-	// (package holdfastotel: OpenTelemetry spans). Default nil: none.
-	Tracer Tracer
+	// (package holdfastotel: OpenTelemetry spans). Default nil: none. Load
+	// latencies go to the Recorders an exporter adds with
+	// Cache.SetRecorder; the counters in Stats are always kept.
+	Tracer observe.Tracer
 
 	// MaxPendingInvalidations bounds, per namespace, the invalidations kept
 	// for replay because the shared tier's delete failed or was skipped.

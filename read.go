@@ -104,7 +104,7 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 		return Result{}, fmt.Errorf("holdfast: %s: read of %q: %w", n.name, key, errNilLoader)
 	}
 	if tr := n.c.opts.Tracer; tr != nil {
-		var rt ReadTrace
+		var rt readTrace
 		ctx, rt = n.startRead(ctx, tr, []string{key})
 		defer func() { rt.End(res, err) }()
 	}
@@ -234,7 +234,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 		for k := range waits {
 			left = append(left, k)
 		}
-		var rt ReadTrace
+		var rt readTrace
 		ctx, rt = n.startRead(ctx, tr, left)
 		defer func() {
 			var res Result

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/holdfast-dev/holdfast/observe"
+
 	"context"
 	"errors"
 	"fmt"
@@ -47,10 +49,10 @@ func otlpTelemetry(ctx context.Context, endpoint string) (Telemetry, func(contex
 	return Telemetry{Meters: mp, Tracers: tp}, stop, nil
 }
 
-// tracer is the cache's holdfast.Tracer for t, or nil. Product and stock
+// tracer is the cache's observe.Tracer for t, or nil. Product and stock
 // keys are ids and may be span attributes; list and search keys are what
 // clients typed, and may not.
-func (t Telemetry) tracer() holdfast.Tracer {
+func (t Telemetry) tracer() observe.Tracer {
 	if t.Tracers == nil {
 		return nil
 	}

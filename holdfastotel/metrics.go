@@ -13,7 +13,7 @@
 // Names follow the OpenTelemetry conventions: dotted, lower case, no unit or
 // _total suffix, units in UCUM ("{read}", "By", "s").
 //
-// Traces: NewTracer is a holdfast.Tracer (holdfast.Options.Tracer). A read
+// Traces: NewTracer is a observe.Tracer (holdfast.Options.Tracer). A read
 // the hot tier answers makes no span; one that leaves it makes a
 // holdfast.get span, a child of the caller's, with a child per stage of its
 // flight: holdfast.shared_read (server.address names the Redis node in a
@@ -22,6 +22,8 @@
 package holdfastotel
 
 import (
+	"github.com/holdfast-dev/holdfast/observe"
+
 	"context"
 	"fmt"
 	"reflect"
@@ -134,7 +136,7 @@ type Exporter struct {
 	loadOpts sync.Map // namespace + "\x00" + outcome -> metric.RecordOption
 }
 
-var _ holdfast.Recorder = (*Exporter)(nil)
+var _ observe.Recorder = (*Exporter)(nil)
 
 // Register creates c's instruments on mp's meter and becomes one of c's
 // Recorders. It returns an error, and registers nothing lasting, when the
@@ -209,7 +211,7 @@ func Register(mp metric.MeterProvider, c *holdfast.Cache, o Options) (*Exporter,
 	return e, nil
 }
 
-// ObserveLoad implements holdfast.Recorder.
+// ObserveLoad implements observe.Recorder.
 func (e *Exporter) ObserveLoad(namespace string, d time.Duration, outcome string) {
 	key := namespace + "\x00" + outcome
 	opt, ok := e.loadOpts.Load(key)

@@ -1,13 +1,13 @@
 package holdfastotel
 
 import (
+	"github.com/holdfast-dev/holdfast/observe"
+
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/holdfast-dev/holdfast"
 )
 
 // TraceOptions configures NewTracer.
@@ -19,13 +19,13 @@ type TraceOptions struct {
 	KeyNamespaces []string
 }
 
-// Tracer is a holdfast.Tracer that makes OpenTelemetry spans.
+// Tracer is a observe.Tracer that makes OpenTelemetry spans.
 type Tracer struct {
 	t    trace.Tracer
 	keys map[string]bool
 }
 
-var _ holdfast.Tracer = (*Tracer)(nil)
+var _ observe.Tracer = (*Tracer)(nil)
 
 // NewTracer returns a Tracer whose spans come from tp; set it as
 // holdfast.Options.Tracer.
@@ -37,8 +37,8 @@ func NewTracer(tp trace.TracerProvider, o TraceOptions) *Tracer {
 	return &Tracer{t: tp.Tracer(ScopeName), keys: keys}
 }
 
-// StartRead implements holdfast.Tracer: a holdfast.get span.
-func (t *Tracer) StartRead(ctx context.Context, namespace string, keys []string) (context.Context, holdfast.ReadTrace) {
+// StartRead implements observe.Tracer: a holdfast.get span.
+func (t *Tracer) StartRead(ctx context.Context, namespace string, keys []string) (context.Context, observe.ReadTrace) {
 	attrs := []attribute.KeyValue{attribute.String("holdfast.namespace", namespace), attribute.Int("holdfast.keys", len(keys))}
 	if len(keys) == 1 && t.keys[namespace] {
 		attrs = append(attrs, attribute.String("holdfast.key", keys[0]))
@@ -49,29 +49,29 @@ func (t *Tracer) StartRead(ctx context.Context, namespace string, keys []string)
 
 type readSpan struct{ span trace.Span }
 
-func (r readSpan) End(res holdfast.Result, err error) {
+func (r readSpan) End(res observe.ReadResult) {
 	r.span.SetAttributes(
-		attribute.String("holdfast.source", res.Source.String()),
-		attribute.String("holdfast.reason", res.Reason.String()),
+		attribute.String("holdfast.source", res.Source),
+		attribute.String("holdfast.reason", res.Reason),
 		attribute.Bool("holdfast.collapsed", res.Collapsed),
-		attribute.Bool("holdfast.stale", res.Stale()),
+		attribute.Bool("holdfast.stale", res.Stale),
 	)
-	if err != nil {
+	if err := res.Err; err != nil {
 		r.span.RecordError(err)
 		r.span.SetStatus(codes.Error, err.Error())
 	}
 	r.span.End()
 }
 
-// StartStage implements holdfast.Tracer: a holdfast.<stage> span.
-func (t *Tracer) StartStage(ctx context.Context, stage holdfast.Stage) holdfast.StageTrace {
+// StartStage implements observe.Tracer: a holdfast.<stage> span.
+func (t *Tracer) StartStage(ctx context.Context, stage observe.Stage) observe.StageTrace {
 	_, span := t.t.Start(ctx, "holdfast."+stage.String(), trace.WithSpanKind(trace.SpanKindInternal))
 	return stageSpan{span}
 }
 
 type stageSpan struct{ span trace.Span }
 
-func (s stageSpan) End(r holdfast.StageResult) {
+func (s stageSpan) End(r observe.StageResult) {
 	s.span.SetAttributes(attribute.String("holdfast.outcome", r.Outcome))
 	if r.Node != "" {
 		s.span.SetAttributes(attribute.String("server.address", r.Node))

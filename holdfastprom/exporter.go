@@ -5,7 +5,7 @@
 // The counters are not updated on the read path: the Exporter reads
 // Cache.Stats at scrape time and reports them as constant metrics, so a hit
 // costs no Prometheus call at all. Only load latency, which needs a histogram,
-// is observed as it happens, through holdfast.Recorder, on the load path.
+// is observed as it happens, through observe.Recorder, on the load path.
 //
 // One call sets it up:
 //
@@ -23,6 +23,8 @@
 package holdfastprom
 
 import (
+	"github.com/holdfast-dev/holdfast/observe"
+
 	"fmt"
 	"time"
 
@@ -31,7 +33,7 @@ import (
 )
 
 // Exporter is a prometheus.Collector for one holdfast.Cache and the
-// holdfast.Recorder that feeds its load-latency histogram.
+// observe.Recorder that feeds its load-latency histogram.
 type Exporter struct {
 	loadSeconds *prom.HistogramVec
 	inFlight    *prom.Desc
@@ -63,8 +65,8 @@ type Options struct {
 }
 
 var (
-	_ prom.Collector    = (*Exporter)(nil)
-	_ holdfast.Recorder = (*Exporter)(nil)
+	_ prom.Collector   = (*Exporter)(nil)
+	_ observe.Recorder = (*Exporter)(nil)
 )
 
 // metric is one holdfast.Stats field as a Prometheus metric.
@@ -195,7 +197,7 @@ func newExporter(c *holdfast.Cache, o Options) *Exporter {
 	}
 }
 
-// ObserveLoad implements holdfast.Recorder.
+// ObserveLoad implements observe.Recorder.
 func (e *Exporter) ObserveLoad(namespace string, d time.Duration, outcome string) {
 	e.loadSeconds.WithLabelValues(namespace, outcome).Observe(d.Seconds())
 }
