@@ -103,8 +103,8 @@ func TestLoadErrorBackoffGrowsDuringAnOutage(t *testing.T) {
 			t.Fatalf("retry %d came %v after the one before; want within [%v, %v]", k, gap, step*3/4, step)
 		}
 	}
-	if st := ns.Stats(); st.ErrorBackoffs != uint64(stale+failed-len(calls)) {
-		t.Fatalf("error backoffs %d, want %d (reads less loader calls)", st.ErrorBackoffs, stale+failed-len(calls))
+	if st := ns.Stats(); st.Get("error_backoffs") != uint64(stale+failed-len(calls)) {
+		t.Fatalf("error backoffs %d, want %d (reads less loader calls)", st.Get("error_backoffs"), stale+failed-len(calls))
 	}
 
 	// The source recovers: the read at the retry due loads the key.

@@ -287,24 +287,6 @@ func (c *Cache) Stats() map[string]Stats {
 	return out
 }
 
-// HotKeys returns each namespace's hot keys (see Namespace.HotKeys), by
-// name; namespaces without hot-key detection are left out.
-func (c *Cache) HotKeys() map[string][]HotKey {
-	c.mu.Lock()
-	nss := make([]*Namespace, 0, len(c.namespaces))
-	for _, ns := range c.namespaces {
-		nss = append(nss, ns)
-	}
-	c.mu.Unlock()
-	out := make(map[string][]HotKey)
-	for _, ns := range nss {
-		if hs := ns.HotKeys(); hs != nil {
-			out[ns.name] = hs
-		}
-	}
-	return out
-}
-
 // Namespaces returns the names of the namespaces, sorted.
 func (c *Cache) Namespaces() []string {
 	c.mu.Lock()

@@ -116,7 +116,7 @@ func TestTenThousandMissesOneLoad(t *testing.T) {
 	}
 	// Every goroutine but the leader has joined the flight before the load
 	// may finish, so none can miss it and start a second load.
-	eventually(t, "all readers to join", func() bool { return ns.Stats().Coalesced == n-1 })
+	eventually(t, "all readers to join", func() bool { return ns.Stats().Get("coalesced") == n-1 })
 	close(l.gate)
 	wg.Wait()
 	if got := l.calls.Load(); got != 1 {
@@ -140,12 +140,12 @@ func TestWaiterLeavesOnItsOwnContext(t *testing.T) {
 
 	other := make(chan holdfast.Result, 1)
 	go func() { res, _ := ns.Get(context.Background(), "k", l); other <- res }()
-	eventually(t, "the second reader to join", func() bool { return ns.Stats().Coalesced == 1 })
+	eventually(t, "the second reader to join", func() bool { return ns.Stats().Get("coalesced") == 1 })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	leaving := make(chan error, 1)
 	go func() { _, err := ns.Get(ctx, "k", l); leaving <- err }()
-	eventually(t, "the third reader to join", func() bool { return ns.Stats().Coalesced == 2 })
+	eventually(t, "the third reader to join", func() bool { return ns.Stats().Get("coalesced") == 2 })
 	cancel()
 	cancelLeader()
 	select {
@@ -185,7 +185,7 @@ func TestLoaderPanicBecomesErrorForEveryWaiter(t *testing.T) {
 	for range n {
 		go func() { _, err := ns.Get(context.Background(), "k", panicky); errs <- err }()
 	}
-	eventually(t, "all readers to join", func() bool { return ns.Stats().Coalesced == n-1 })
+	eventually(t, "all readers to join", func() bool { return ns.Stats().Get("coalesced") == n-1 })
 	close(gate)
 	for range n {
 		err := <-errs
@@ -252,7 +252,7 @@ func TestReadersDoNotWaitForTheSharedWrite(t *testing.T) {
 		t.Fatalf("loader calls = %d, want 1", l.calls.Load())
 	}
 	// The stalled write ends with the load timeout and is counted.
-	eventually(t, "the write to fail", func() bool { return ns.Stats().SharedSetErrors == 1 })
+	eventually(t, "the write to fail", func() bool { return ns.Stats().Get("shared.set_errors") == 1 })
 }
 
 func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
@@ -293,8 +293,8 @@ func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
 	if got := l.calls.Load(); got != 2 {
 		t.Fatalf("loader calls = %d after the refresh, want 2", got)
 	}
-	if st := ns.Stats(); st.Refreshes != 1 {
-		t.Fatalf("refreshes = %d, want 1", st.Refreshes)
+	if st := ns.Stats(); st.Get("refreshes") != 1 {
+		t.Fatalf("refreshes = %d, want 1", st.Get("refreshes"))
 	}
 }
 
@@ -318,9 +318,9 @@ func TestRejectedRefreshKeepsStaleUntilHardThenOverloaded(t *testing.T) {
 			t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
 		}
 	}
-	eventually(t, "rejected refreshes", func() bool { return ns.Stats().RefreshesRejected >= 1 })
-	if st := ns.Stats(); st.Rejected != 0 {
-		t.Fatalf("%d rejected reads while only refreshes were rejected", st.Rejected)
+	eventually(t, "rejected refreshes", func() bool { return ns.Stats().Get("refresh.rejected") >= 1 })
+	if st := ns.Stats(); st.Get("load.rejected") != 0 {
+		t.Fatalf("%d rejected reads while only refreshes were rejected", st.Get("load.rejected"))
 	}
 	clk.Advance(3 * time.Second) // at hard
 	_, err := ns.Get(context.Background(), "s1", l)
@@ -438,7 +438,7 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	// No write was even tried past hard: with the tier down the key's
 	// version is unknown, and an unversioned write could undo an
 	// invalidation.
-	if st := ns.Stats(); st.SharedErrors == 0 || st.SharedSetErrors != 0 || st.LocalServed != 100 {
+	if st := ns.Stats(); st.Get("shared.errors") == 0 || st.Get("shared.set_errors") != 0 || st.Get("local_served") != 100 {
 		t.Fatalf("stats %+v: want shared errors, no set errors and 100 local", st)
 	}
 }
@@ -472,8 +472,8 @@ func TestNegativeCaching(t *testing.T) {
 	if calls.Load() != 2 {
 		t.Fatalf("loader calls = %d, want 2 after the negative TTL", calls.Load())
 	}
-	if st := ns.Stats(); st.NegativeHits != 4 || st.LoadNotFound != 2 {
-		t.Fatalf("negative hits %d, not-found loads %d; want 4 and 2", st.NegativeHits, st.LoadNotFound)
+	if st := ns.Stats(); st.Get("negative_hits") != 4 || st.Get("load.not_found") != 2 {
+		t.Fatalf("negative hits %d, not-found loads %d; want 4 and 2", st.Get("negative_hits"), st.Get("load.not_found"))
 	}
 }
 
@@ -497,8 +497,8 @@ func TestInvalidationDuringLoadIsNotStored(t *testing.T) {
 	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v2:p1" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("after invalidation: %q from %v, want a new load v2:p1", res.Value, res.Source)
 	}
-	if st := ns.Stats(); st.DroppedStaleSets != 1 {
-		t.Fatalf("dropped stale sets = %d, want 1", st.DroppedStaleSets)
+	if st := ns.Stats(); st.Get("dropped_stale_sets") != 1 {
+		t.Fatalf("dropped stale sets = %d, want 1", st.Get("dropped_stale_sets"))
 	}
 }
 
@@ -541,8 +541,8 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 	if err := ns.Invalidate(context.Background(), "p2"); !errors.Is(err, inmem.ErrInjected) {
 		t.Fatalf("invalidate over the queue bound: err = %v, want the tier's error", err)
 	}
-	if st := ns.Stats(); st.PendingDeletes != 1 || st.DroppedDeletes != 1 {
-		t.Fatalf("pending %d dropped %d, want 1 and 1", st.PendingDeletes, st.DroppedDeletes)
+	if st := ns.Stats(); st.Get("pending_deletes") != 1 || st.Get("dropped_deletes") != 1 {
+		t.Fatalf("pending %d dropped %d, want 1 and 1", st.Get("pending_deletes"), st.Get("dropped_deletes"))
 	}
 	down := &countingLoader{err: errors.New("db down")}
 	for _, k := range []string{"p1", "p2"} {
@@ -559,7 +559,10 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 	if res := mustGet(t, ns, "p1", l); res.Source != holdfast.SourceLoaded || string(res.Value) == "v1:p1" {
 		t.Fatalf("after the outage: %q from %v, want a fresh load", res.Value, res.Source)
 	}
-	eventually(t, "the replay", func() bool { st := ns.Stats(); return st.PendingDeletes == 0 && st.ReplayedDeletes == 1 })
+	eventually(t, "the replay", func() bool {
+		st := ns.Stats()
+		return st.Get("pending_deletes") == 0 && st.Get("replayed_deletes") == 1
+	})
 }
 
 func TestHotTierNeverPastSoft(t *testing.T) {
@@ -599,8 +602,8 @@ func TestCorruptSharedBytesAreAMiss(t *testing.T) {
 	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v1:p1" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("corrupt bytes: %q from %v, want a load", res.Value, res.Source)
 	}
-	if st := ns.Stats(); st.Corrupt != 1 {
-		t.Fatalf("corrupt = %d, want 1", st.Corrupt)
+	if st := ns.Stats(); st.Get("corrupt_entries") != 1 {
+		t.Fatalf("corrupt = %d, want 1", st.Get("corrupt_entries"))
 	}
 	settle(t, ns, "p1")
 	raw, _ := shared.Raw("product:p1")
@@ -628,8 +631,8 @@ func TestLimiterRejectsWithoutQueueing(t *testing.T) {
 	close(l.gate)
 	eventually(t, "the slots to free", func() bool { return c.LoadsInFlight() == 0 })
 	mustGet(t, ns, "c", &countingLoader{})
-	if st := ns.Stats(); st.Rejected != 1 || st.Overloaded != 1 {
-		t.Fatalf("rejected %d overloaded %d, want 1 and 1", st.Rejected, st.Overloaded)
+	if st := ns.Stats(); st.Get("load.rejected") != 1 || st.Get("overloaded") != 1 {
+		t.Fatalf("rejected %d overloaded %d, want 1 and 1", st.Get("load.rejected"), st.Get("overloaded"))
 	}
 }
 
@@ -719,8 +722,8 @@ func TestReservedLoadsSurviveAnotherNamespacesFlood(t *testing.T) {
 	for i := range 3 { // one at a time: the one reserved slot comes back each time
 		mustGet(t, product, fmt.Sprint(i), &countingLoader{})
 	}
-	if st := product.Stats(); st.Rejected != 0 || st.Loads != 3 {
-		t.Fatalf("product: %d rejected, %d loads; want 0 and 3", st.Rejected, st.Loads)
+	if st := product.Stats(); st.Get("load.rejected") != 0 || st.Get("loads") != 3 {
+		t.Fatalf("product: %d rejected, %d loads; want 0 and 3", st.Get("load.rejected"), st.Get("loads"))
 	}
 	slow := &countingLoader{gate: make(chan struct{})}
 	go product.Get(context.Background(), "held", slow)
@@ -813,8 +816,8 @@ func TestOversizedKeysAndValues(t *testing.T) {
 	if _, ok := shared.Raw("product:k"); ok {
 		t.Fatal("an oversized value was written to the shared tier")
 	}
-	if st := ns.Stats(); st.TooLarge != 2 {
-		t.Fatalf("too large = %d, want 2", st.TooLarge)
+	if st := ns.Stats(); st.Get("too_large") != 2 {
+		t.Fatalf("too large = %d, want 2", st.Get("too_large"))
 	}
 }
 
@@ -906,7 +909,7 @@ func TestXFetchRefreshesEarly(t *testing.T) {
 	for range 50 {
 		mustGet(t, ns, "s", slow)
 	}
-	if r := ns.Stats().Refreshes; r > 1 {
+	if r := ns.Stats().Get("refreshes"); r > 1 {
 		t.Fatalf("%d early refreshes 8 load-costs before soft", r)
 	}
 	// 10 ms before soft, P ≈ 0.99 per read.
@@ -914,7 +917,7 @@ func TestXFetchRefreshesEarly(t *testing.T) {
 	for range 20 {
 		mustGet(t, ns, "s", slow)
 	}
-	eventually(t, "an early refresh", func() bool { return ns.Stats().Refreshes >= 1 })
+	eventually(t, "an early refresh", func() bool { return ns.Stats().Get("refreshes") >= 1 })
 }
 
 func TestTyped(t *testing.T) {
@@ -972,18 +975,18 @@ func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
 	if hot < 1500 {
 		t.Fatalf("the hot key was served by the hot tier %d times in 2,000", hot)
 	}
-	if st := ns.Stats(); st.HotEntries > 5 {
-		t.Fatalf("%d entries in the hot tier: cold keys got in", st.HotEntries)
+	if st := ns.Stats(); st.Get("hot.entries") > 5 {
+		t.Fatalf("%d entries in the hot tier: cold keys got in", st.Get("hot.entries"))
 	}
-	keys := ns.HotKeys()
+	keys := ns.Stats().HotKeys()
 	if len(keys) == 0 || keys[0].Key != "hot" || keys[0].Rate < 50 {
 		t.Fatalf("hot keys %+v, want 'hot' above 50/s first", keys)
 	}
 	if res := mustGet(t, ns, "cold-1", l); res.Source == holdfast.SourceHot {
 		t.Fatal("a cold key was served from the hot tier")
 	}
-	if st := ns.Stats(); st.Reads != 200+2000+1 {
-		t.Fatalf("reads = %d, want %d", st.Reads, 2201)
+	if st := ns.Stats(); st.Get("reads") != 200+2000+1 {
+		t.Fatalf("reads = %d, want %d", st.Get("reads"), 2201)
 	}
 }
 
@@ -1019,8 +1022,8 @@ func TestLoadErrorBackoff(t *testing.T) {
 	if down.calls.Load() != 3 {
 		t.Fatalf("loader calls = %d; want one for the key with nothing stale", down.calls.Load())
 	}
-	if st := ns.Stats(); st.ErrorBackoffs != 49+2 {
-		t.Fatalf("error backoffs = %d, want 51", st.ErrorBackoffs)
+	if st := ns.Stats(); st.Get("error_backoffs") != 49+2 {
+		t.Fatalf("error backoffs = %d, want 51", st.Get("error_backoffs"))
 	}
 }
 
@@ -1057,10 +1060,10 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 	if promotedAfter == 0 || promotedAfter > time.Second {
 		t.Fatalf("promoted after %v, want within 1 s", promotedAfter)
 	}
-	if hk := ns.HotKeys(); len(hk) != 1 || hk[0].Key != "viral" {
+	if hk := ns.Stats().HotKeys(); len(hk) != 1 || hk[0].Key != "viral" {
 		t.Fatalf("hot keys %+v, want viral alone", hk)
 	}
-	if st := ns.Stats(); st.SmearedReads == 0 || shared.Calls().SmearedGets == 0 {
+	if st := ns.Stats(); st.Get("smeared.reads") == 0 || shared.Calls().SmearedGets == 0 {
 		t.Fatalf("no smeared read of the hot key: %+v", st)
 	}
 
@@ -1077,8 +1080,8 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 			t.Fatalf("copy %d: %q %v %v, want %q", i, raw, ok, err, res.Value)
 		}
 	}
-	if st := ns.Stats(); st.SmearedWrites != 1 {
-		t.Fatalf("smeared writes %d, want 1", st.SmearedWrites)
+	if st := ns.Stats(); st.Get("smeared.writes") != 1 {
+		t.Fatalf("smeared writes %d, want 1", st.Get("smeared.writes"))
 	}
 
 	// Cooling to 10 reads a second: out of the hot set within the window
@@ -1092,7 +1095,7 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 		if mustGet(t, ns, "viral", l).Source != holdfast.SourceHot && leftTier == 0 {
 			leftTier = at
 		}
-		if len(ns.HotKeys()) == 0 && leftSet == 0 {
+		if len(ns.Stats().HotKeys()) == 0 && leftSet == 0 {
 			leftSet = at
 		}
 	}
@@ -1121,11 +1124,11 @@ func TestSharedHotSet(t *testing.T) {
 	for range 2000 {
 		mustGet(t, a, "viral", l)
 	}
-	if hk := a.HotKeys(); len(hk) != 1 || hk[0].Key != "viral" {
+	if hk := a.Stats().HotKeys(); len(hk) != 1 || hk[0].Key != "viral" {
 		t.Fatalf("a's hot keys %+v", hk)
 	}
-	eventually(t, "b to fetch the shared hot set", func() bool { return b.Stats().SharedHotKeys == 1 })
-	if hk := b.HotKeys(); len(hk) != 0 {
+	eventually(t, "b to fetch the shared hot set", func() bool { return b.Stats().Get("shared_hot_keys") == 1 })
+	if hk := b.Stats().HotKeys(); len(hk) != 0 {
 		t.Fatalf("b detected %+v itself", hk)
 	}
 	if res := mustGet(t, b, "viral", l); res.Source != holdfast.SourceShared {
@@ -1184,8 +1187,8 @@ func TestLoadsCountCalls(t *testing.T) {
 	if _, errs := ns.GetMany(ctx, []string{"a", "b", "c"}, batch(nil)); errs != nil {
 		t.Fatal(errs)
 	}
-	if st := ns.Stats(); calls.Load() != 1 || st.Loads != 1 || st.KeysLoaded != 3 || st.LoadErrors != 0 {
-		t.Fatalf("a GetMany of 3 cold keys: %d calls; Loads %d, KeysLoaded %d, LoadErrors %d; want 1, 1, 3, 0", calls.Load(), st.Loads, st.KeysLoaded, st.LoadErrors)
+	if st := ns.Stats(); calls.Load() != 1 || st.Get("loads") != 1 || st.Get("load.keys") != 3 || st.Get("load.errors") != 0 {
+		t.Fatalf("a GetMany of 3 cold keys: %d calls; Loads %d, KeysLoaded %d, LoadErrors %d; want 1, 1, 3, 0", calls.Load(), st.Get("loads"), st.Get("load.keys"), st.Get("load.errors"))
 	}
 	down := errors.New("db down")
 	_, errs := ns.GetMany(ctx, []string{"d", "e", "f"}, batch(down))
@@ -1194,14 +1197,14 @@ func TestLoadsCountCalls(t *testing.T) {
 			t.Fatalf("key %d of a failed batch: err %v, want the loader's", i, err)
 		}
 	}
-	if st := ns.Stats(); calls.Load() != 2 || st.Loads != 2 || st.KeysLoaded != 6 || st.LoadErrors != 1 {
-		t.Fatalf("then a failed GetMany of 3 cold keys: %d calls; Loads %d, KeysLoaded %d, LoadErrors %d; want 2, 2, 6, 1", calls.Load(), st.Loads, st.KeysLoaded, st.LoadErrors)
+	if st := ns.Stats(); calls.Load() != 2 || st.Get("loads") != 2 || st.Get("load.keys") != 6 || st.Get("load.errors") != 1 {
+		t.Fatalf("then a failed GetMany of 3 cold keys: %d calls; Loads %d, KeysLoaded %d, LoadErrors %d; want 2, 2, 6, 1", calls.Load(), st.Get("loads"), st.Get("load.keys"), st.Get("load.errors"))
 	}
 	mustGet(t, ns, "g", &countingLoader{})
 	if _, err := ns.Get(ctx, "h", &countingLoader{err: down}); !errors.Is(err, down) {
 		t.Fatalf("a failed Get: err %v, want the loader's", err)
 	}
-	if st := ns.Stats(); st.Loads != 4 || st.KeysLoaded != 8 || st.LoadErrors != 2 {
-		t.Fatalf("then two Gets, one failed: Loads %d, KeysLoaded %d, LoadErrors %d; want 4, 8, 2", st.Loads, st.KeysLoaded, st.LoadErrors)
+	if st := ns.Stats(); st.Get("loads") != 4 || st.Get("load.keys") != 8 || st.Get("load.errors") != 2 {
+		t.Fatalf("then two Gets, one failed: Loads %d, KeysLoaded %d, LoadErrors %d; want 4, 8, 2", st.Get("loads"), st.Get("load.keys"), st.Get("load.errors"))
 	}
 }

@@ -25,9 +25,9 @@ import (
 //     first tier down the chain that has it, and only the tier.Tier calls (Get,
 //     GetMany, Set, Delete) go through the wrapper.
 
-// Capabilities says what the shared tier can do for the Cache, and what a
-// namespace uses (Stats.Capabilities).
-type Capabilities struct {
+// capabilities says what the shared tier can do for the Cache, and what a
+// namespace uses (the capability.* measures of Stats).
+type capabilities struct {
 	// Versions: a tier.Coordinator's per-key versions. Loads write with a
 	// compare-and-set on the version read before the source, so a value
 	// read before an invalidation is never stored after it.
@@ -49,7 +49,7 @@ type Capabilities struct {
 	Leveling bool
 }
 
-func (cp Capabilities) String() string {
+func (cp capabilities) String() string {
 	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t stream=%t leveling=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing, cp.Stream, cp.Leveling)
 }
 
@@ -91,8 +91,12 @@ func probe[I any](t tier.Tier) I {
 	return zero
 }
 
-func (tc tierCaps) capabilities() Capabilities {
-	return Capabilities{
+// capabilities returns what the shared tier can do for this Cache now; the
+// zero value without one. Smearing and Leveling follow the tier as it is
+// connected: a lone Redis server smears and levels nothing, and a tier that
+// connects in the background does neither before it has connected.
+func (tc tierCaps) capabilities() capabilities {
+	return capabilities{
 		Versions:   tc.coord != nil,
 		Leases:     tc.coord != nil,
 		Smearing:   tc.smear != nil && tc.smear.Copies() > 1,
@@ -101,12 +105,6 @@ func (tc tierCaps) capabilities() Capabilities {
 		Leveling:   tc.level != nil && tc.stream != nil && tc.level.Levels(),
 	}
 }
-
-// Capabilities returns what the shared tier can do for this Cache now; the
-// zero value without one. Smearing and Leveling follow the tier as it is
-// connected: a lone Redis server smears and levels nothing, and a tier that
-// connects in the background does neither before it has connected.
-func (c *Cache) Capabilities() Capabilities { return c.caps.capabilities() }
 
 // checkCapabilities reports what p needs that the shared tier cannot do.
 func (c *Cache) checkCapabilities(p Policy) error {
@@ -132,8 +130,8 @@ func (c *Cache) checkCapabilities(p Policy) error {
 }
 
 // uses is what namespace n uses of the tier's capabilities.
-func (n *Namespace) uses() Capabilities {
-	return Capabilities{
+func (n *Namespace) uses() capabilities {
+	return capabilities{
 		Versions:   n.coord != nil,
 		Leases:     n.coord != nil && n.p.Lease.Enabled,
 		Smearing:   n.smear != nil && n.smear.Copies() > 1,

@@ -84,8 +84,8 @@ func TestLeaseFreedBetweenAWaitersReadAndItsLease(t *testing.T) {
 	if n := load.calls.Load(); n != 1 {
 		t.Fatalf("loader calls = %d, want 1", n)
 	}
-	if st := b.Stats(); st.LeasesTaken != 1 || st.LeaseWaits != 1 {
-		t.Fatalf("waiter: leases taken %d, waits %d; want 1 and 1", st.LeasesTaken, st.LeaseWaits)
+	if st := b.Stats(); st.Get("leases.taken") != 1 || st.Get("lease.waits") != 1 {
+		t.Fatalf("waiter: leases taken %d, waits %d; want 1 and 1", st.Get("leases.taken"), st.Get("lease.waits"))
 	}
 	eventually(t, "the waiter's lease to be released", func() bool {
 		ok, _ := shared.Lease(context.Background(), "product:k", "probe", time.Minute)
@@ -128,7 +128,7 @@ func TestLeaseOfADeadHolderExpires(t *testing.T) {
 	if waited := time.Since(start); waited < 250*time.Millisecond || waited > 5*time.Second {
 		t.Fatalf("waited %v for a dead holder's 300 ms lease", waited)
 	}
-	if string(res.Value) != "v1:k" || ns.Stats().LeasesTaken != 1 {
+	if string(res.Value) != "v1:k" || ns.Stats().Get("leases.taken") != 1 {
 		t.Fatalf("got %q, stats %+v: want this process to take the expired lease and load", res.Value, ns.Stats())
 	}
 }
@@ -163,7 +163,7 @@ func TestStaleSetGuardAcrossProcesses(t *testing.T) {
 	// B's invalidation detached A's flight, so Loading says nothing about
 	// it; the flight's end is its dropped set, counted after its readers
 	// were answered when the shared tier refused the write.
-	eventually(t, "A's stale set to be dropped", func() bool { return a.Stats().DroppedStaleSets == 1 })
+	eventually(t, "A's stale set to be dropped", func() bool { return a.Stats().Get("dropped_stale_sets") == 1 })
 	if raw, ok := shared.Raw("product:p1"); ok {
 		e, _ := tier.DecodeEntry(raw)
 		t.Fatalf("A's stale load %q was stored over B's invalidation", e.Value)

@@ -58,7 +58,7 @@ func (c *Cache) watchHealth(hr tier.HealthReporter, announced bool) {
 
 // logCapabilities logs what the shared tier can do for the Cache.
 func (c *Cache) logCapabilities() {
-	c.logger().Info("holdfast: shared tier", "type", fmt.Sprintf("%T", c.opts.Shared), "capabilities", c.Capabilities().String())
+	c.logger().Info("holdfast: shared tier", "type", fmt.Sprintf("%T", c.opts.Shared), "capabilities", c.caps.capabilities().String())
 }
 
 // outageLog decides which changes of the shared tier's health are logged.

@@ -56,8 +56,8 @@ func TestBusyNodeReadAnsweredFromMemory(t *testing.T) {
 		t.Fatalf("the shed read reached the shared tier (%d gets, %d before)", g, gets)
 	}
 	st := ns.Stats()
-	if st.MemoryForBusyNode != 1 || !st.Capabilities.Leveling {
-		t.Fatalf("MemoryForBusyNode %d, Capabilities.Leveling %t; want 1, true", st.MemoryForBusyNode, st.Capabilities.Leveling)
+	if st.Get("memory_for_busy_node") != 1 || st.Get("capability.leveling") != 1 {
+		t.Fatalf("memory_for_busy_node %d, capability.leveling %d; want 1, 1", st.Get("memory_for_busy_node"), st.Get("capability.leveling"))
 	}
 	// A key never read has nothing to answer with: Shed is not asked.
 	asked := shared.asked.Load()
@@ -91,7 +91,7 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 	if err := a.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b to apply the invalidation", func() bool { return b.Stats().InvalidationsApplied == 1 })
+	eventually(t, "b to apply the invalidation", func() bool { return b.Stats().Get("invalidations.applied") == 1 })
 	if res := mustGet(t, b, "p1", src); res.Reason == holdfast.ReasonNodeBusy || string(res.Value) != want {
 		t.Fatalf("after the invalidation: %v %q, want %q not from memory", res.Source, res.Value, want)
 	}
@@ -170,7 +170,7 @@ func TestBusyNodeGetMany(t *testing.T) {
 			t.Fatalf("key %d from %v, want %v", i, res[i].Source, want)
 		}
 	}
-	if n := ns.Stats().MemoryForBusyNode; n != 2 {
+	if n := ns.Stats().Get("memory_for_busy_node"); n != 2 {
 		t.Fatalf("MemoryForBusyNode %d, want 2", n)
 	}
 }

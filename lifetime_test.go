@@ -68,8 +68,8 @@ func TestLoaderSetLifetimeInEveryTier(t *testing.T) {
 	if res := mustGet(t, b, "low-stock", short); res.Source != holdfast.SourceLoaded {
 		t.Fatalf("b, shared tier down, after the value's 1 s: %q from %v, want a load", res.Value, res.Source)
 	}
-	if st := a.Stats(); st.LifetimesSet != 2 || st.LifetimesClamped != 0 {
-		t.Fatalf("lifetimes set %d, clamped %d", st.LifetimesSet, st.LifetimesClamped)
+	if st := a.Stats(); st.Get("lifetimes.set") != 2 || st.Get("lifetimes.clamped") != 0 {
+		t.Fatalf("lifetimes set %d, clamped %d", st.Get("lifetimes.set"), st.Get("lifetimes.clamped"))
 	}
 }
 
@@ -104,8 +104,8 @@ func TestLoaderSetLifetimeBoundsBatchAndTyped(t *testing.T) {
 			t.Errorf("key %d: soft %v hard %v, want %v %v", i, soft, hard, want[i].soft, want[i].hard)
 		}
 	}
-	if st := ns.Stats(); st.LifetimesSet != 3 || st.LifetimesClamped != 2 {
-		t.Fatalf("lifetimes set %d, clamped %d; want 3, 2", st.LifetimesSet, st.LifetimesClamped)
+	if st := ns.Stats(); st.Get("lifetimes.set") != 3 || st.Get("lifetimes.clamped") != 2 {
+		t.Fatalf("lifetimes set %d, clamped %d; want 3, 2", st.Get("lifetimes.set"), st.Get("lifetimes.clamped"))
 	}
 
 	type stock struct{ Left int }
@@ -172,8 +172,8 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 			t.Fatalf("%s: stale-if-error window %v in the envelope, want %v", k, got, w)
 		}
 	}
-	if st := a.Stats(); st.LifetimesSet != 5 || st.LifetimesClamped != 1 {
-		t.Fatalf("lifetimes set %d, clamped %d; want 5, 1", st.LifetimesSet, st.LifetimesClamped)
+	if st := a.Stats(); st.Get("lifetimes.set") != 5 || st.Get("lifetimes.clamped") != 1 {
+		t.Fatalf("lifetimes set %d, clamped %d; want 5, 1", st.Get("lifetimes.set"), st.Get("lifetimes.clamped"))
 	}
 	failing.Store(true)
 	// check reads key on ns at the clock's time: a stale answer from src

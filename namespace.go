@@ -98,26 +98,20 @@ func (n *Namespace) Name() string { return n.name }
 // Policy returns the namespace's policy with defaults filled in.
 func (n *Namespace) Policy() Policy { return n.p }
 
-// Stats returns a snapshot of the namespace's counters.
+// Stats returns a snapshot of the namespace's measures.
 func (n *Namespace) Stats() Stats {
-	s := n.ctr.snapshot()
-	if n.hot != nil {
-		hs := n.hot.Stats()
-		s.HotEntries, s.HotBytes = uint64(hs.Entries), uint64(hs.Bytes)
-	}
-	if n.lkg != nil {
-		s.LastKnownGoodKeys = uint64(n.lkg.Stats().Entries)
-	}
-	s.PendingDeletes = uint64(n.pending.n.Load())
-	if n.c.caps.stream != nil && n.c.stream.gap.Load() {
-		if d := n.exactNow() - n.c.stream.heard.Load(); d > 0 {
-			s.UnheardMillis = uint64(d / 1e6)
+	var s Stats
+	for i := range statTable {
+		st := &statTable[i]
+		if st.level != nil {
+			s.v[i] = st.level(n)
+			continue
+		}
+		for _, e := range st.events {
+			s.v[i] += n.ctr.sum(e)
 		}
 	}
-	s.Capabilities = n.uses()
-	if set := n.sharedHot.Load(); set != nil && n.now() < set.until {
-		s.SharedHotKeys = uint64(len(set.keys))
-	}
+	s.hot = n.hotKeyList()
 	return s
 }
 
@@ -188,16 +182,9 @@ func (n *Namespace) smearing(key string) bool {
 	return n.smear != nil && n.smear.Copies() > 1 && n.isHot(key, n.now())
 }
 
-// HotKey is a key read often enough to be hot, and its estimated rate.
-type HotKey struct {
-	Key  string
-	Rate float64 // reads per second
-}
-
-// HotKeys returns the namespace's hot keys now, fastest first, at most
-// Hot.TopK; nil unless the namespace detects hot keys (Hot.Keys is
-// HotDetected, or the shared tier smears).
-func (n *Namespace) HotKeys() []HotKey {
+// hotKeyList returns the namespace's hot keys now, fastest first, at most
+// Hot.TopK; nil unless the namespace detects hot keys.
+func (n *Namespace) hotKeyList() []HotKey {
 	if n.hotKeys == nil {
 		return nil
 	}

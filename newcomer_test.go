@@ -74,7 +74,7 @@ func TestJoinedReadersAreNotLoads(t *testing.T) {
 			hows[i] = how{res.Source, res.Collapsed}
 		})
 	}
-	eventually(t, "every reader to join", func() bool { return ns.Stats().Coalesced == readers-1 })
+	eventually(t, "every reader to join", func() bool { return ns.Stats().Get("coalesced") == readers-1 })
 	close(l.gate)
 	wg.Wait()
 	count := map[how]int{}
@@ -108,7 +108,7 @@ func TestErrorsReadOnce(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "nil loader") {
 		t.Fatalf("nil loader: err = %v", err)
 	}
-	if st := ns.Stats(); st.LoadErrors != 0 {
+	if st := ns.Stats(); st.Get("load.errors") != 0 {
 		t.Fatalf("a nil loader was counted as a load error (a panic): %+v", st)
 	}
 }
@@ -134,7 +134,7 @@ func TestTypedBatch(t *testing.T) {
 	if err := ty.Invalidate(context.Background(), "a", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if st := ty.Stats(); st.Invalidations != 2 || st.Loads != 1 || st.KeysLoaded != 3 {
+	if st := ty.Stats(); st.Get("invalidations") != 2 || st.Get("loads") != 1 || st.Get("load.keys") != 3 {
 		t.Fatalf("stats %+v: want 2 invalidations, 1 loader call for 3 keys", st)
 	}
 }

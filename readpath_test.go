@@ -159,15 +159,15 @@ func TestReadPathSmearsHotKeys(t *testing.T) {
 			clk.Advance(2500 * time.Microsecond)
 			mustRead(t, r, ns, "viral", l)
 		}
-		if st := ns.Stats(); st.SmearedReads == 0 || shared.Calls().SmearedGets == 0 {
+		if st := ns.Stats(); st.Get("smeared.reads") == 0 || shared.Calls().SmearedGets == 0 {
 			t.Fatalf("no smeared read of the hot key: %+v", st)
 		}
 		if err := ns.Invalidate(context.Background(), "viral"); err != nil {
 			t.Fatal(err)
 		}
 		mustRead(t, r, ns, "viral", l)
-		if st := ns.Stats(); st.SmearedWrites != 1 {
-			t.Fatalf("smeared writes %d after a reload of the hot key, want 1", st.SmearedWrites)
+		if st := ns.Stats(); st.Get("smeared.writes") != 1 {
+			t.Fatalf("smeared writes %d after a reload of the hot key, want 1", st.Get("smeared.writes"))
 		}
 	})
 }
@@ -332,8 +332,8 @@ func TestReadPathNegativeCachingOff(t *testing.T) {
 		if _, ok := shared.Raw("product:nope"); ok {
 			t.Fatal("a not-found answer was written to the shared tier")
 		}
-		if st := ns.Stats(); st.NegativeHits != 0 || st.LoadNotFound != 3 {
-			t.Fatalf("negative hits %d, not-found loads %d; want 0 and 3", st.NegativeHits, st.LoadNotFound)
+		if st := ns.Stats(); st.Get("negative_hits") != 0 || st.Get("load.not_found") != 3 {
+			t.Fatalf("negative hits %d, not-found loads %d; want 0 and 3", st.Get("negative_hits"), st.Get("load.not_found"))
 		}
 
 		// Without a shared tier: the source deletes a key this process

@@ -96,7 +96,7 @@ func TestLoaderIgnoringItsContextAnsweredAtLoadTimeout(t *testing.T) {
 		t.Fatalf("loader calls = %d, want 1", calls.Load())
 	}
 	close(release)
-	eventually(t, "the late loader to return", func() bool { return ns.Stats().LoadTimeouts == 1 })
+	eventually(t, "the late loader to return", func() bool { return ns.Stats().Get("load.timeouts") == 1 })
 	if _, ok := shared.Raw("product:k"); ok {
 		t.Fatal("the late value was stored")
 	}
@@ -130,10 +130,10 @@ func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
 	// only the reserved slot and were rejected (their readers keep the
 	// stale value).
 	eventually(t, "three refreshes to hold slots and three to be turned away", func() bool {
-		return slow.calls.Load() == 3 && ns.Stats().RefreshesRejected == 3
+		return slow.calls.Load() == 3 && ns.Stats().Get("refresh.rejected") == 3
 	})
-	if st := ns.Stats(); st.Rejected != 0 {
-		t.Fatalf("%d reads rejected; only refreshes were", st.Rejected)
+	if st := ns.Stats(); st.Get("load.rejected") != 0 {
+		t.Fatalf("%d reads rejected; only refreshes were", st.Get("load.rejected"))
 	}
 	res, err := ns.Get(context.Background(), "cold", &countingLoader{})
 	if err != nil || res.Source != holdfast.SourceLoaded {
@@ -172,7 +172,7 @@ func TestLeaseWaitBoundedAndLoaderGetsItsOwnTimeout(t *testing.T) {
 	if left < loadTimeout-500*time.Millisecond {
 		t.Fatalf("the loader had %v left of its %v LoadTimeout", left, loadTimeout)
 	}
-	if s := ns.Stats(); s.LeaseGaveUp != 1 {
+	if s := ns.Stats(); s.Get("lease.gave_up") != 1 {
 		t.Fatalf("stats %+v: want one wait given up", s)
 	}
 }
@@ -290,8 +290,8 @@ func TestOwnInvalidationSupersedesAnOlderSharedValue(t *testing.T) {
 	if string(res.Value) != "v2:k" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("got %q from %v; want v2:k loaded, never the value from before the invalidation", res.Value, res.Source)
 	}
-	if s := ns.Stats(); s.Superseded != 1 {
-		t.Fatalf("superseded = %d, want 1", s.Superseded)
+	if s := ns.Stats(); s.Get("superseded_reads") != 1 {
+		t.Fatalf("superseded = %d, want 1", s.Get("superseded_reads"))
 	}
 	// Another process, which did not invalidate, cannot tell: it serves
 	// what the tier holds (bounded by the value's own times).
@@ -343,8 +343,8 @@ func TestColdBurstWithDefaultsIsNotRejected(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if failed.Load() != 0 || ns.Stats().Rejected != 0 {
-		t.Fatalf("%d of %d cold reads failed (%d rejected) with the default limit", failed.Load(), keys, ns.Stats().Rejected)
+	if failed.Load() != 0 || ns.Stats().Get("load.rejected") != 0 {
+		t.Fatalf("%d of %d cold reads failed (%d rejected) with the default limit", failed.Load(), keys, ns.Stats().Get("load.rejected"))
 	}
 }
 
@@ -361,7 +361,7 @@ func TestNoLoadLimit(t *testing.T) {
 	eventually(t, "every load to run at once", func() bool { return l.calls.Load() == keys })
 	close(gate)
 	wg.Wait()
-	if ns.Stats().Rejected != 0 {
+	if ns.Stats().Get("load.rejected") != 0 {
 		t.Fatal("a load was rejected with no limit")
 	}
 }
@@ -385,7 +385,7 @@ func TestLeaseWaiterLabelsAnOldValueStale(t *testing.T) {
 		res, err := ns.Get(context.Background(), "k", &countingLoader{})
 		got <- answer{res, err}
 	}()
-	eventually(t, "the read to wait on the lease", func() bool { return ns.Stats().LeaseWaits == 1 })
+	eventually(t, "the read to wait on the lease", func() bool { return ns.Stats().Get("lease.waits") == 1 })
 	origin := time.Now().Add(-2 * time.Second)
 	shared.Put("product:k", tier.AppendEntry(nil, tier.Entry{
 		Value: []byte("old"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Minute),

@@ -100,8 +100,8 @@ func TestSlowLoadServesStaleAfterGrace(t *testing.T) {
 	if a.waited < testGrace {
 		t.Fatalf("answered after %v, before the grace of %v", a.waited, testGrace)
 	}
-	if st := ns.Stats(); st.StaleOnSlowLoad != 1 || st.StaleOnError != 0 {
-		t.Fatalf("stale on slow load %d, stale on error %d; want 1, 0", st.StaleOnSlowLoad, st.StaleOnError)
+	if st := ns.Stats(); st.Get("stale_on_slow_load") != 1 || st.Get("stale_on_error") != 0 {
+		t.Fatalf("stale on slow load %d, stale on error %d; want 1, 0", st.Get("stale_on_slow_load"), st.Get("stale_on_error"))
 	}
 	if !ns.Loading("k") {
 		t.Fatal("the load ended with its reader's wait")
@@ -166,7 +166,7 @@ func TestSlowLoadGraceOnlyWithinStaleIfError(t *testing.T) {
 			t.Fatalf("%s: %q from %v (%v); want the load's value", what, a.res.Value, a.res.Source, a.err)
 		}
 	}
-	if n := ns.Stats().StaleOnSlowLoad; n != 1 {
+	if n := ns.Stats().Get("stale_on_slow_load"); n != 1 {
 		t.Fatalf("stale on slow load %d, want 1", n)
 	}
 }
@@ -212,7 +212,7 @@ func TestSlowLoadGraceForCollapsedReaders(t *testing.T) {
 	leader := getAsync(t, ns, "k", slow)
 	eventually(t, "the leader's shared-tier read", func() bool { return shared.Calls().Gets > gets })
 	early := getAsync(t, ns, "k", slow)
-	eventually(t, "the early reader to join", func() bool { return ns.Stats().Coalesced == 1 })
+	eventually(t, "the early reader to join", func() bool { return ns.Stats().Get("coalesced") == 1 })
 	time.Sleep(5 * testGrace) // the early reader's grace passes before the flight's lookup ends
 	thaw()
 	for what, ch := range map[string]<-chan answer{"leader": leader, "early joiner": early} {
@@ -233,7 +233,7 @@ func TestSlowLoadGraceForCollapsedReaders(t *testing.T) {
 	}
 	close(slow.gate)
 	settle(t, ns, "k")
-	if n := ns.Stats().StaleOnSlowLoad; n != 3 {
+	if n := ns.Stats().Get("stale_on_slow_load"); n != 3 {
 		t.Fatalf("stale on slow load %d, want 3", n)
 	}
 }

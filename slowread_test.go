@@ -71,8 +71,8 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 	if a.waited < testGrace {
 		t.Fatalf("answered after %v, before the slow-read delay of %v", a.waited, testGrace)
 	}
-	if st := ns.Stats(); st.MemoryOnSlowRead != 1 || st.LocalServed != 0 {
-		t.Fatalf("memory on slow read %d, local served %d; want 1, 0", st.MemoryOnSlowRead, st.LocalServed)
+	if st := ns.Stats(); st.Get("memory_on_slow_read") != 1 || st.Get("local_served") != 0 {
+		t.Fatalf("memory on slow read %d, local served %d; want 1, 0", st.Get("memory_on_slow_read"), st.Get("local_served"))
 	}
 	if !ns.Loading("k") {
 		t.Fatal("the shared read ended with its reader's wait")
@@ -133,8 +133,8 @@ func TestSlowSharedReadWithoutMemoryWaits(t *testing.T) {
 			if a.err != nil || a.res.Reason == holdfast.ReasonTierSlow {
 				t.Fatalf("got %q from %v (%v); want the tier's or the loader's answer", a.res.Value, a.res.Source, a.err)
 			}
-			if st := ns.Stats(); st.MemoryOnSlowRead != 0 {
-				t.Fatalf("memory on slow read %d, want 0", st.MemoryOnSlowRead)
+			if st := ns.Stats(); st.Get("memory_on_slow_read") != 0 {
+				t.Fatalf("memory on slow read %d, want 0", st.Get("memory_on_slow_read"))
 			}
 		})
 	}
@@ -155,15 +155,15 @@ func TestStalledSharedTierPassedOver(t *testing.T) {
 	if a.err != nil || a.res.Source != holdfast.SourceLoaded || string(a.res.Value) != "v1:cold" {
 		t.Fatalf("got %q from %v (%v); want the loader's v1:cold", a.res.Value, a.res.Source, a.err)
 	}
-	if st := ns.Stats(); st.SharedBypassed != 1 || loader.calls.Load() != 1 {
-		t.Fatalf("shared bypassed %d, loads %d; want 1, 1", st.SharedBypassed, loader.calls.Load())
+	if st := ns.Stats(); st.Get("shared.bypassed") != 1 || loader.calls.Load() != 1 {
+		t.Fatalf("shared bypassed %d, loads %d; want 1, 1", st.Get("shared.bypassed"), loader.calls.Load())
 	}
 	a = within(t, getAsync(t, ns, "k", &countingLoader{}), "reader with a value in memory")
 	if a.err != nil || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) {
 		t.Fatalf("got %q from %v (%v); want memory-on-slow-read", a.res.Value, a.res.Source, a.err)
 	}
-	if st := ns.Stats(); st.SharedBypassed != 1 {
-		t.Fatalf("shared bypassed %d; want the read with a value in memory sent to the tier", st.SharedBypassed)
+	if st := ns.Stats(); st.Get("shared.bypassed") != 1 {
+		t.Fatalf("shared bypassed %d; want the read with a value in memory sent to the tier", st.Get("shared.bypassed"))
 	}
 }
 
@@ -232,7 +232,7 @@ func TestHealthySharedTierNeverAnswersFromMemory(t *testing.T) {
 	for i := range 2000 {
 		mustGet(t, ns, []string{"k", "j"}[i%2], l)
 	}
-	if st := ns.Stats(); st.MemoryOnSlowRead != 0 || st.SharedHits < 2000 {
-		t.Fatalf("memory on slow read %d, shared hits %d; want 0, 2000", st.MemoryOnSlowRead, st.SharedHits)
+	if st := ns.Stats(); st.Get("memory_on_slow_read") != 0 || st.Get("shared.hits") < 2000 {
+		t.Fatalf("memory on slow read %d, shared hits %d; want 0, 2000", st.Get("memory_on_slow_read"), st.Get("shared.hits"))
 	}
 }

@@ -66,16 +66,16 @@ func TestInvalidationHeardByEveryProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "b to serve the update", func() bool { return string(mustGet(t, b, "p1", src).Value) == want })
-	eventually(t, "b's counters", func() bool { return b.Stats().InvalidationsApplied == 1 })
+	eventually(t, "b's counters", func() bool { return b.Stats().Get("invalidations.applied") == 1 })
 	sa, sb := a.Stats(), b.Stats()
-	if sa.InvalidationsSent != 1 || sb.InvalidationsHeard != 1 || sb.InvalidationsApplied != 1 {
-		t.Fatalf("a sent %d; b heard %d, applied %d; want 1, 1, 1", sa.InvalidationsSent, sb.InvalidationsHeard, sb.InvalidationsApplied)
+	if sa.Get("invalidations.sent") != 1 || sb.Get("invalidations.heard") != 1 || sb.Get("invalidations.applied") != 1 {
+		t.Fatalf("a sent %d; b heard %d, applied %d; want 1, 1, 1", sa.Get("invalidations.sent"), sb.Get("invalidations.heard"), sb.Get("invalidations.applied"))
 	}
-	if sa.InvalidationsApplied != 0 {
-		t.Fatalf("a applied its own announcement (%d)", sa.InvalidationsApplied)
+	if sa.Get("invalidations.applied") != 0 {
+		t.Fatalf("a applied its own announcement (%d)", sa.Get("invalidations.applied"))
 	}
-	if !sb.Capabilities.Stream {
-		t.Fatal("Capabilities.Stream not set")
+	if sb.Get("capability.stream") != 1 {
+		t.Fatal("capability.stream not set")
 	}
 }
 
@@ -103,24 +103,24 @@ func TestUnheardStreamKeepsTheHotTierThenEmptiesIt(t *testing.T) {
 	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot || string(res.Value) != old {
 		t.Fatalf("9 s unheard: %q from %v, want the hot copy %q (no flush)", res.Value, res.Source, old)
 	}
-	if st := b.Stats(); st.UnheardMillis < 9000 {
-		t.Fatalf("UnheardMillis %d after 9 s: %+v", st.UnheardMillis, st)
+	if st := b.Stats(); st.Get("stream.unheard") < 9000 {
+		t.Fatalf("UnheardMillis %d after 9 s: %+v", st.Get("stream.unheard"), st)
 	}
 	clk.Advance(2 * time.Second)
-	eventually(t, "the hot tier to be emptied", func() bool { return b.Stats().HotEntries == 0 })
+	eventually(t, "the hot tier to be emptied", func() bool { return b.Stats().Get("hot.entries") == 0 })
 	res := mustGet(t, b, "p1", src)
 	if res.Source == holdfast.SourceHot || string(res.Value) == old {
 		t.Fatalf("11 s unheard: %q from %v", res.Value, res.Source)
 	}
 	mustGet(t, b, "p1", src)
-	if st := b.Stats(); st.HotEntries != 0 {
-		t.Fatalf("the hot tier admitted %d entries while unheard", st.HotEntries)
+	if st := b.Stats(); st.Get("hot.entries") != 0 {
+		t.Fatalf("the hot tier admitted %d entries while unheard", st.Get("hot.entries"))
 	}
 
 	shared.Hear()
 	eventually(t, "the hot tier to admit again", func() bool {
 		mustGet(t, b, "p1", src)
-		return b.Stats().HotEntries == 1 && b.Stats().UnheardMillis == 0
+		return b.Stats().Get("hot.entries") == 1 && b.Stats().Get("stream.unheard") == 0
 	})
 }
 
@@ -147,9 +147,9 @@ func TestStreamHeardAgainRevalidatesTheHotTier(t *testing.T) {
 		t.Fatalf("b read p1 from %v during the gap, want its hot copy", res.Source)
 	}
 	shared.Hear()
-	eventually(t, "the revalidation", func() bool { return b.Stats().Revalidated-before.Revalidated == 3 })
-	if st := b.Stats(); st.RevalidationDropped-before.RevalidationDropped != 1 || st.HotEntries != 2 {
-		t.Fatalf("dropped %d, %d left; want p1 dropped, p2 and p3 kept", st.RevalidationDropped-before.RevalidationDropped, st.HotEntries)
+	eventually(t, "the revalidation", func() bool { return b.Stats().Get("revalidated")-before.Get("revalidated") == 3 })
+	if st := b.Stats(); st.Get("revalidation.dropped")-before.Get("revalidation.dropped") != 1 || st.Get("hot.entries") != 2 {
+		t.Fatalf("dropped %d, %d left; want p1 dropped, p2 and p3 kept", st.Get("revalidation.dropped")-before.Get("revalidation.dropped"), st.Get("hot.entries"))
 	}
 	if res := mustGet(t, b, "p1", src); string(res.Value) != want {
 		t.Fatalf("after the revalidation b read %q from %v, want %q", res.Value, res.Source, want)
@@ -177,7 +177,7 @@ func TestInvalidationHeardDemotesLastKnownGood(t *testing.T) {
 	if err := a.Invalidate(context.Background(), "p1", "p2"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b to hear both", func() bool { return b.Stats().InvalidationsApplied == 2 })
+	eventually(t, "b to hear both", func() bool { return b.Stats().Get("invalidations.applied") == 2 })
 	shared.Fail(inmem.ErrInjected)
 	if res := mustGet(t, b, "p1", src); string(res.Value) != "p1@1" {
 		t.Fatalf("shared tier down, source up: %q from %v, want the update p1@1", res.Value, res.Source)
@@ -201,15 +201,15 @@ func TestWarmStartFromTheSharedHotSet(t *testing.T) {
 		mustGet(t, a, "viral", src)
 	}
 	settle(t, a, "viral")
-	eventually(t, "a to publish its hot key", func() bool { return a.Stats().SharedHotKeys == 1 })
+	eventually(t, "a to publish its hot key", func() bool { return a.Stats().Get("shared_hot_keys") == 1 })
 
 	b := newListeningNS(t, opts, p)
-	eventually(t, "b's warm start", func() bool { return b.Stats().WarmStartKeys == 1 })
+	eventually(t, "b's warm start", func() bool { return b.Stats().Get("warm_start.keys") == 1 })
 	if res := mustGet(t, b, "viral", src); res.Source != holdfast.SourceHot || string(res.Value) != "viral@0" {
 		t.Fatalf("b's first read: %q from %v, want viral@0 from the hot tier", res.Value, res.Source)
 	}
-	if st := b.Stats(); st.WarmStartBytes == 0 || st.Loads != 0 {
-		t.Fatalf("warm start bytes %d, loads %d", st.WarmStartBytes, st.Loads)
+	if st := b.Stats(); st.Get("warm_start.bytes") == 0 || st.Get("loads") != 0 {
+		t.Fatalf("warm start bytes %d, loads %d", st.Get("warm_start.bytes"), st.Get("loads"))
 	}
 	p.Hot.NoWarmStart = true
 	c := newListeningNS(t, opts, p)
@@ -244,7 +244,7 @@ func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
 	if err := a.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b to hear it", func() bool { return b.Stats().InvalidationsApplied == 1 })
+	eventually(t, "b to hear it", func() bool { return b.Stats().Get("invalidations.applied") == 1 })
 	clk.Advance(10500 * time.Millisecond) // past hard (1 s), within hard + 10 s
 	shared.Fail(inmem.ErrInjected)
 	src.fail(errors.New("db down"))
@@ -271,9 +271,9 @@ func TestRevalidationWaitsForALoadsWrite(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // two more of the watcher's looks
 	thaw()
 	settle(t, b, "p1")
-	eventually(t, "the revalidation", func() bool { return b.Stats().Revalidated == 1 })
-	if st := b.Stats(); st.RevalidationDropped != 0 {
-		t.Fatalf("the copy whose write was on its way was dropped (%d)", st.RevalidationDropped)
+	eventually(t, "the revalidation", func() bool { return b.Stats().Get("revalidated") == 1 })
+	if st := b.Stats(); st.Get("revalidation.dropped") != 0 {
+		t.Fatalf("the copy whose write was on its way was dropped (%d)", st.Get("revalidation.dropped"))
 	}
 	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot {
 		t.Fatalf("p1 from %v after the revalidation, want its kept hot copy", res.Source)
@@ -324,13 +324,13 @@ func TestOvertakenLoadStaysAFallback(t *testing.T) {
 	if err := a.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b to hear the invalidation", func() bool { return b.Stats().InvalidationsHeard == 1 })
+	eventually(t, "b to hear the invalidation", func() bool { return b.Stats().Get("invalidations.heard") == 1 })
 	close(release)
 	if res := <-done; string(res.Value) != want {
 		t.Fatalf("b's first read %q, want %q", res.Value, want)
 	}
 	settle(t, b, "p1")
-	if n := b.Stats().DroppedStaleSets; n != 1 {
+	if n := b.Stats().Get("dropped_stale_sets"); n != 1 {
 		t.Fatalf("DroppedStaleSets %d, want 1: the load was not overtaken", n)
 	}
 

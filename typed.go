@@ -111,9 +111,6 @@ func (t *Typed[T]) GetMany(ctx context.Context, keys []string, load func(ctx con
 // Stats is Namespace.Stats.
 func (t *Typed[T]) Stats() Stats { return t.ns.Stats() }
 
-// HotKeys is Namespace.HotKeys.
-func (t *Typed[T]) HotKeys() []HotKey { return t.ns.HotKeys() }
-
 // Invalidate is Namespace.Invalidate.
 func (t *Typed[T]) Invalidate(ctx context.Context, keys ...string) error {
 	return t.ns.Invalidate(ctx, keys...)

@@ -236,8 +236,8 @@ func BenchmarkCatalogdProductGet(b *testing.B) {
 	b.ReportMetric(catRate/rounds, "catalogd-req/s")
 	b.ReportMetric(baseRate/rounds, "baseline-req/s")
 	b.ReportMetric(catRate/baseRate, "ratio")
-	if s := cache.Stats()[httpapi.NamespaceProduct]; s.Overloaded+s.LoadErrors > 0 {
-		b.Errorf("product namespace: %d overloaded, %d load errors", s.Overloaded, s.LoadErrors)
+	if s := cache.Stats()[httpapi.NamespaceProduct]; s.Get("overloaded")+s.Get("load.errors") > 0 {
+		b.Errorf("product namespace: %d overloaded, %d load errors", s.Get("overloaded"), s.Get("load.errors"))
 	}
 }
 

@@ -74,13 +74,13 @@ func fillNamespace(b *testing.B, valueSize int) (heapRatio, fill float64, entrie
 		b.Fatal(err)
 	}
 	st := ns.Stats()
-	entries = st.HotEntries + st.LastKnownGoodKeys
+	entries = st.Get("hot.entries") + st.Get("last_known_good.entries")
 	heap := memtest.LiveHeap() - base
 	runtime.KeepAlive(ns)
 	// Stats gives the hot tier's bytes; last-known-good charges its entries
 	// the same, both stores charging by key and value size.
-	perEntry := float64(st.HotBytes) / float64(st.HotEntries)
-	counted := float64(st.HotBytes) + perEntry*float64(st.LastKnownGoodKeys)
+	perEntry := float64(st.Get("hot.bytes")) / float64(st.Get("hot.entries"))
+	counted := float64(st.Get("hot.bytes")) + perEntry*float64(st.Get("last_known_good.entries"))
 	const budget = memHotBytes + memLKGBytes
 	return float64(heap) / budget, counted / budget, entries
 }

@@ -102,8 +102,8 @@ func newHoldfastShared(tb testing.TB, addr string) holdfastShared {
 			res, err := ns.Get(ctx, ks[keyIndexes[i&0xffff]], load)
 			return err == nil && res.Source == holdfast.SourceShared && len(res.Value) == valueSize
 		},
-		loads:        func() uint64 { return ns.Stats().Loads - base.Loads },
-		coalesced:    func() uint64 { return ns.Stats().Coalesced - base.Coalesced },
+		loads:        func() uint64 { return ns.Stats().Get("loads") - base.Get("loads") },
+		coalesced:    func() uint64 { return ns.Stats().Get("coalesced") - base.Get("coalesced") },
 		breakerOpens: func() uint64 { return tier.Stats().BreakerOpens - tbase.BreakerOpens },
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/holdfast-dev/holdfast/observe"
-
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/holdfastotel"
+	"github.com/holdfast-dev/holdfast/observe"
 )
 
 // Telemetry is where catalogd sends OpenTelemetry metrics and traces,

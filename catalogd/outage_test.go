@@ -257,7 +257,7 @@ func TestSlowDatabaseIsNoTierOutage(t *testing.T) {
 	if v, ok := r.gauge(t, "holdfast_redis_breaker_state", "state", "closed"); !ok || v != 1 {
 		t.Errorf("holdfast_redis_breaker_state{state=closed} = %v (exported %v) with the database faulty, want 1", v, ok)
 	}
-	if st := r.ns.Stats(); st.LoadErrors == 0 {
+	if st := r.ns.Stats(); st.Get("load.errors") == 0 {
 		t.Errorf("the database's faults never reached a load: %+v", st)
 	}
 }

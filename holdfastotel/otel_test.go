@@ -3,7 +3,6 @@ package holdfastotel_test
 import (
 	"context"
 	"errors"
-	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -96,13 +95,13 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 		<-gate
 		return []byte("v:p2"), nil
 	}))
-	waitFor(t, "the other process's lease", func() bool { return other.Stats().LeasesTaken == 1 })
+	waitFor(t, "the other process's lease", func() bool { return other.Stats().Get("leases.taken") == 1 })
 	// The other process's load ends once this one waits for it: on a busy
 	// machine a timer could end it before this read began, and the read
 	// would find the value instead of the lease.
 	go func() {
 		defer close(gate)
-		for deadline := time.Now().Add(10 * time.Second); ns.Stats().LeaseWaits == 0 && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(10 * time.Second); ns.Stats().Get("lease.waits") == 0 && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 	}()
@@ -115,7 +114,7 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 	if res := get("p1", ok); res.Source != holdfast.SourceShared || res.Reason != holdfast.ReasonRevalidating || !res.Stale() {
 		t.Fatalf("p1 past soft from %v for %v (stale %v), want shared, revalidating, stale", res.Source, res.Reason, res.Stale())
 	}
-	waitFor(t, "the refresh", func() bool { return ns.Stats().Loads == 2 && !ns.Loading("p1") })
+	waitFor(t, "the refresh", func() bool { return ns.Stats().Get("loads") == 2 && !ns.Loading("p1") })
 	// A load error.
 	if _, err := ns.Get(ctx, "p3", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return nil, errors.New("db down") })); err == nil {
 		t.Fatal("p3: no error from a failing loader")
@@ -144,7 +143,6 @@ func TestMetricsEqualStats(t *testing.T) {
 	got := map[string]int64{}
 	var loads uint64
 	var nodeReads, breakerOpens, halfOpen, up, downTimeout int64
-	caps := map[string]int64{} // holdfast.capability by name, namespace product
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
@@ -162,7 +160,6 @@ func TestMetricsEqualStats(t *testing.T) {
 				}
 			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
-					capName, isCap := p.Attributes.Value("holdfast.capability")
 					state, isState := p.Attributes.Value("holdfast.breaker.state")
 					switch reason, _ := p.Attributes.Value("holdfast.reason"); {
 					case m.Name == "holdfast.shared_tier.up":
@@ -171,11 +168,9 @@ func TestMetricsEqualStats(t *testing.T) {
 						downTimeout = p.Value
 					}
 					switch v, ok := p.Attributes.Value("holdfast.namespace"); {
-					case isCap && ok && v.AsString() == "product":
-						caps[capName.AsString()] = p.Value
 					case isState && state.AsString() == "half_open":
 						halfOpen = p.Value
-					case ok && v.AsString() == "product" && !isCap:
+					case ok && v.AsString() == "product":
 						got[m.Name] = p.Value
 					}
 				}
@@ -188,26 +183,20 @@ func TestMetricsEqualStats(t *testing.T) {
 			}
 		}
 	}
-	sv := reflect.ValueOf(st)
 	checked := 0
-	for i := range sv.NumField() {
-		f := sv.Type().Field(i)
-		if f.Type.Kind() != reflect.Uint64 || f.Name == "UnheardMillis" {
-			continue
+	for m, v := range st.All() {
+		if m.Unit == "ms" {
+			continue // a float in seconds
 		}
-		name := holdfastotel.InstrumentName(f.Name)
-		if name == "" {
-			t.Errorf("Stats.%s has no instrument", f.Name)
-			continue
-		}
-		if g := got[name]; uint64(g) != sv.Field(i).Uint() {
-			t.Errorf("%s = %d, Stats.%s = %d", name, g, f.Name, sv.Field(i).Uint())
+		name := "holdfast." + m.Name
+		if g, ok := got[name]; !ok || uint64(g) != v {
+			t.Errorf("%s = %d (reported %t), Stats %s = %d", name, g, ok, m.Name, v)
 		}
 		checked++
 	}
 	t.Logf("%d instruments equal Stats: reads %d, hot hits %d, loads %d, lease waits %d, stale %d, load errors %d",
-		checked, st.Reads, st.HotHits, st.Loads, st.LeaseWaits, st.StaleServed, st.LoadErrors)
-	for _, want := range []uint64{st.Reads, st.HotHits, st.Loads, st.LeaseWaits, st.StaleServed, st.LoadErrors} {
+		checked, st.Get("reads"), st.Get("hot.hits"), st.Get("loads"), st.Get("lease.waits"), st.Get("stale_served"), st.Get("load.errors"))
+	for _, want := range []uint64{st.Get("reads"), st.Get("hot.hits"), st.Get("loads"), st.Get("lease.waits"), st.Get("stale_served"), st.Get("load.errors")} {
 		if want == 0 {
 			t.Fatalf("the script left a counter at 0: %+v", st)
 		}
@@ -222,8 +211,8 @@ func TestMetricsEqualStats(t *testing.T) {
 	// Every capability has its series: the inmem tier coordinates but
 	// does not level.
 	for name, want := range map[string]int64{"versions": 1, "leases": 1, "smearing": 0, "hot_sharing": 0, "stream": 1, "leveling": 0} {
-		if got, ok := caps[name]; !ok || got != want {
-			t.Errorf("holdfast.capability{%s} = %d (reported %t), want %d", name, got, ok, want)
+		if got, ok := got["holdfast.capability."+name]; !ok || got != want {
+			t.Errorf("holdfast.capability.%s = %d (reported %t), want %d", name, got, ok, want)
 		}
 	}
 }
@@ -287,7 +276,7 @@ func TestSpans(t *testing.T) {
 	if reads[2].attrs["holdfast.stale"].AsBool() != true || reads[0].attrs["holdfast.namespace"].AsString() != "product" {
 		t.Errorf("attributes: %v / %v", reads[2].attrs, reads[0].attrs)
 	}
-	if st := ns.Stats(); st.HotHits == 0 {
+	if st := ns.Stats(); st.Get("hot.hits") == 0 {
 		t.Fatal("no hot hit in the script")
 	}
 }
@@ -332,8 +321,8 @@ func TestLoadCallsAndKeys(t *testing.T) {
 			}
 		}
 	}
-	loads, keys := holdfastotel.InstrumentName("Loads"), holdfastotel.InstrumentName("KeysLoaded")
-	if keys == "" || got[loads] != 2 || got[keys] != 4 {
+	loads, keys := "holdfast.loads", "holdfast.load.keys"
+	if got[loads] != 2 || got[keys] != 4 {
 		t.Fatalf("%s = %d, %s = %d; want 2 loader calls for 4 keys", loads, got[loads], keys, got[keys])
 	}
 }

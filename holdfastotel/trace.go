@@ -1,13 +1,13 @@
 package holdfastotel
 
 import (
-	"github.com/holdfast-dev/holdfast/observe"
-
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/holdfast-dev/holdfast/observe"
 )
 
 // TraceOptions configures NewTracer.

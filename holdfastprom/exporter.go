@@ -23,12 +23,12 @@
 package holdfastprom
 
 import (
-	"github.com/holdfast-dev/holdfast/observe"
-
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/observe"
 	prom "github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,10 +36,9 @@ import (
 // observe.Recorder that feeds its load-latency histogram.
 type Exporter struct {
 	loadSeconds *prom.HistogramVec
-	inFlight    *prom.Desc
+	metrics     []metric // one per measure of holdfast.Stats, in their order
 	hotKeyRate  *prom.Desc
 	hottestRate *prom.Desc
-	capability  *prom.Desc
 	health      *healthMetrics
 	cache       *holdfast.Cache
 	keyLabels   map[string]bool // namespaces in Options.HotKeyLabels
@@ -69,77 +68,41 @@ var (
 	_ observe.Recorder = (*Exporter)(nil)
 )
 
-// metric is one holdfast.Stats field as a Prometheus metric.
+// metric is one measure of holdfast.Stats as a Prometheus metric.
 type metric struct {
 	desc  *prom.Desc
 	kind  prom.ValueType
-	value func(holdfast.Stats) uint64
+	scale float64 // from the measure's unit to the metric's
 }
 
-func counter(name, help string, v func(holdfast.Stats) uint64) metric {
-	return metric{prom.NewDesc("holdfast_"+name, help, []string{"namespace"}, nil), prom.CounterValue, v}
+// PromName returns the name of the Prometheus metric that publishes the
+// holdfast.Stats measure m: "holdfast_" and m's name with "." as "_", then
+// "_seconds" for a time (published in seconds) and "_total" for a counter.
+func PromName(m observe.Metric) string {
+	name := "holdfast_" + strings.ReplaceAll(m.Name, ".", "_")
+	if m.Unit == "ms" {
+		name += "_seconds"
+	}
+	if !m.Gauge {
+		name += "_total"
+	}
+	return name
 }
 
-func gauge(name, help string, v func(holdfast.Stats) uint64) metric {
-	return metric{prom.NewDesc("holdfast_"+name, help, []string{"namespace"}, nil), prom.GaugeValue, v}
-}
-
-// metrics lists every field of holdfast.Stats; the README's metrics table
-// is this list.
-var metrics = []metric{
-	counter("reads_total", "Reads (Get, and each key of GetMany); hot_hits_total over it is the hot tier's share.", func(s holdfast.Stats) uint64 { return s.Reads }),
-	counter("hot_hits_total", "Reads answered by the in-process hot tier.", func(s holdfast.Stats) uint64 { return s.HotHits }),
-	counter("shared_hits_total", "Shared-tier reads that found a value (fresh or stale).", func(s holdfast.Stats) uint64 { return s.SharedHits }),
-	counter("shared_misses_total", "Shared-tier reads that found nothing (corrupt entries included).", func(s holdfast.Stats) uint64 { return s.SharedMisses }),
-	counter("shared_errors_total", "Shared-tier reads that failed or ran past the read budget.", func(s holdfast.Stats) uint64 { return s.SharedErrors }),
-	counter("shared_bypassed_total", "Shared-tier calls skipped because the tier's breaker was open, or reads skipped while the tier answered nothing.", func(s holdfast.Stats) uint64 { return s.SharedBypassed }),
-	counter("shared_set_errors_total", "Failed shared-tier writes; they never fail a read.", func(s holdfast.Stats) uint64 { return s.SharedSetErrors }),
-	counter("shared_delete_errors_total", "Failed shared-tier deletes (invalidations).", func(s holdfast.Stats) uint64 { return s.SharedDelErrors }),
-	counter("corrupt_entries_total", "Stored bytes that failed to decode and were read as misses.", func(s holdfast.Stats) uint64 { return s.Corrupt }),
-	counter("loads_total", "Loader calls started; a GetMany's batch is one call.", func(s holdfast.Stats) uint64 { return s.Loads }),
-	counter("keys_loaded_total", "Keys the loader calls asked for: one per Get's call, every key of a GetMany's batch.", func(s holdfast.Stats) uint64 { return s.KeysLoaded }),
-	counter("load_errors_total", "Loader calls that failed, timed out or panicked.", func(s holdfast.Stats) uint64 { return s.LoadErrors }),
-	counter("load_not_found_total", "Keys the loader found missing (then cached as negative entries, unless NegativeTTL is negative).", func(s holdfast.Stats) uint64 { return s.LoadNotFound }),
-	counter("coalesced_total", "Reads that waited for another read's fetch instead of loading.", func(s holdfast.Stats) uint64 { return s.Coalesced }),
-	counter("refreshes_total", "Background refreshes started (stale-while-revalidate and early refresh).", func(s holdfast.Stats) uint64 { return s.Refreshes }),
-	counter("stale_served_total", "Values served between their soft and hard time while a refresh ran.", func(s holdfast.Stats) uint64 { return s.StaleServed }),
-	counter("stale_on_error_total", "Values served past their hard time because fresh data could not be had.", func(s holdfast.Stats) uint64 { return s.StaleOnError }),
-	counter("stale_on_slow_load_total", "Values served past their hard time, within stale-if-error, because their load outlasted SlowLoadGrace.", func(s holdfast.Stats) uint64 { return s.StaleOnSlowLoad }),
-	counter("memory_on_slow_read_total", "Values served from last-known-good because the shared tier had not answered within the slow-read delay (SlowReadGrace).", func(s holdfast.Stats) uint64 { return s.MemoryOnSlowRead }),
-	counter("memory_for_busy_node_total", "Fresh values served from last-known-good instead of reading a shared-tier node that carried more than its share of reads.", func(s holdfast.Stats) uint64 { return s.MemoryForBusyNode }),
-	counter("local_served_total", "Values served from last-known-good while the shared tier was failing.", func(s holdfast.Stats) uint64 { return s.LocalServed }),
-	counter("negative_hits_total", "Cached not-found answers served.", func(s holdfast.Stats) uint64 { return s.NegativeHits }),
-	counter("load_rejected_total", "Loads rejected by the load limiter that readers waited for: each reader got a stale value or ErrOverloaded.", func(s holdfast.Stats) uint64 { return s.Rejected }),
-	counter("refresh_rejected_total", "Background refreshes the load limiter refused; their readers had been answered already.", func(s holdfast.Stats) uint64 { return s.RefreshesRejected }),
-	counter("overloaded_total", "Reads that failed with ErrOverloaded: rejected, nothing stale to serve.", func(s holdfast.Stats) uint64 { return s.Overloaded }),
-	counter("invalidations_total", "Keys invalidated.", func(s holdfast.Stats) uint64 { return s.Invalidations }),
-	counter("dropped_stale_sets_total", "Loads that finished after their key was invalidated and were not stored.", func(s holdfast.Stats) uint64 { return s.DroppedStaleSets }),
-	counter("too_large_total", "Keys or values refused for their size.", func(s holdfast.Stats) uint64 { return s.TooLarge }),
-	gauge("pending_deletes", "Invalidations waiting to be replayed on the shared tier.", func(s holdfast.Stats) uint64 { return s.PendingDeletes }),
-	counter("replayed_deletes_total", "Invalidations replayed on the shared tier after it recovered.", func(s holdfast.Stats) uint64 { return s.ReplayedDeletes }),
-	counter("dropped_deletes_total", "Invalidations that did not fit in the replay queue.", func(s holdfast.Stats) uint64 { return s.DroppedDeletes }),
-	counter("leases_taken_total", "Loads made holding the key's lease (cross-process coalescing).", func(s holdfast.Stats) uint64 { return s.LeasesTaken }),
-	counter("lease_waits_total", "Reads that waited for another process's load under its lease.", func(s holdfast.Stats) uint64 { return s.LeaseWaits }),
-	counter("lease_gave_up_total", "Lease waits that ran out and loaded instead.", func(s holdfast.Stats) uint64 { return s.LeaseGaveUp }),
-	counter("smeared_reads_total", "Shared-tier reads of hot keys sent to one of their copies on another node.", func(s holdfast.Stats) uint64 { return s.SmearedReads }),
-	counter("smeared_writes_total", "Shared-tier writes of hot keys to every one of their copies.", func(s holdfast.Stats) uint64 { return s.SmearedWrites }),
-	counter("superseded_reads_total", "Shared-tier values older than this process's own invalidation of their key, read as misses.", func(s holdfast.Stats) uint64 { return s.Superseded }),
-	counter("load_timeouts_total", "Loader calls that had not returned at LoadTimeout; their readers were answered then.", func(s holdfast.Stats) uint64 { return s.LoadTimeouts }),
-	counter("error_backoffs_total", "Reads answered without a load, stale or with the last load's error, because the key's loads were failing and its retry was not due.", func(s holdfast.Stats) uint64 { return s.ErrorBackoffs }),
-	counter("invalidations_sent_total", "Keys this process invalidated in the shared tier, each announced to every process (invalidation stream).", func(s holdfast.Stats) uint64 { return s.InvalidationsSent }),
-	counter("invalidations_heard_total", "Announcements of this namespace's invalidations heard on the stream, this process's own included.", func(s holdfast.Stats) uint64 { return s.InvalidationsHeard }),
-	counter("invalidations_applied_total", "Other processes' announcements that dropped or demoted a copy held here.", func(s holdfast.Stats) uint64 { return s.InvalidationsApplied }),
-	counter("revalidated_total", "Hot-tier copies checked against the shared tier after the stream was not heard for a while.", func(s holdfast.Stats) uint64 { return s.Revalidated }),
-	counter("revalidation_dropped_total", "Hot-tier copies the check dropped: the shared tier no longer held the same load.", func(s holdfast.Stats) uint64 { return s.RevalidationDropped }),
-	gauge("stream_unheard_seconds", "Seconds since the invalidation stream was last heard; 0 while it is heard.", func(s holdfast.Stats) uint64 { return s.UnheardMillis / 1000 }),
-	counter("warm_start_keys_total", "Keys the warm start put in the hot tier from the shared hot set.", func(s holdfast.Stats) uint64 { return s.WarmStartKeys }),
-	counter("warm_start_bytes_total", "Bytes of the values the warm start put in the hot tier.", func(s holdfast.Stats) uint64 { return s.WarmStartBytes }),
-	counter("lifetimes_set_total", "Loaded values whose loader set their own lifetime (holdfast.SetLifetime).", func(s holdfast.Stats) uint64 { return s.LifetimesSet }),
-	counter("lifetimes_clamped_total", "Loader-set lifetimes outside the namespace's Policy.Lifetime bounds, clamped into them.", func(s holdfast.Stats) uint64 { return s.LifetimesClamped }),
-	gauge("shared_hot_keys", "Keys in the hot set shared by every process, as last fetched (Policy.Hot.Share).", func(s holdfast.Stats) uint64 { return s.SharedHotKeys }),
-	gauge("hot_entries", "Entries in the hot tier.", func(s holdfast.Stats) uint64 { return s.HotEntries }),
-	gauge("hot_bytes", "Memory the hot tier's entries take, as Hot.MaxBytes counts it.", func(s holdfast.Stats) uint64 { return s.HotBytes }),
-	gauge("last_known_good_entries", "Entries in the last-known-good store.", func(s holdfast.Stats) uint64 { return s.LastKnownGoodKeys }),
+// newMetrics describes every measure of holdfast.Stats, in their order.
+func newMetrics() []metric {
+	var ms []metric
+	for m := range (holdfast.Stats{}).All() {
+		mt := metric{desc: prom.NewDesc(PromName(m), m.Help, []string{"namespace"}, nil), kind: prom.CounterValue, scale: 1}
+		if m.Gauge {
+			mt.kind = prom.GaugeValue
+		}
+		if m.Unit == "ms" {
+			mt.scale = 1e-3
+		}
+		ms = append(ms, mt)
+	}
+	return ms
 }
 
 // MaxHotKeyLabels is how many hot keys per namespace are exported as label
@@ -178,16 +141,13 @@ func newExporter(c *holdfast.Cache, o Options) *Exporter {
 		cache:     c,
 		keyLabels: keyLabels,
 		health:    newHealthMetrics(),
+		metrics:   newMetrics(),
 		loadSeconds: prom.NewHistogramVec(prom.HistogramOpts{
 			Name: "holdfast_load_duration_seconds",
 			Help: "Loader call latency by namespace and outcome (ok, not_found, error, timeout, panic).",
 			// From a fast primary-key read to the default 5 s load timeout.
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"namespace", "outcome"}),
-		inFlight: prom.NewDesc("holdfast_loads_in_flight", "Loader calls holding a slot of the cache-wide load limit.", nil, nil),
-		capability: prom.NewDesc("holdfast_capability",
-			"1 when the namespace uses the shared tier's capability (versions, leases, smearing, hot_sharing, stream, leveling), else 0.",
-			[]string{"namespace", "capability"}, nil),
 		hotKeyRate: prom.NewDesc("holdfast_hot_key_reads_per_second",
 			"Estimated read rate of the hottest keys, at most MaxHotKeyLabels per namespace, of the namespaces in Options.HotKeyLabels only.",
 			[]string{"namespace", "key"}, nil),
@@ -204,13 +164,11 @@ func (e *Exporter) ObserveLoad(namespace string, d time.Duration, outcome string
 
 // Describe implements prometheus.Collector.
 func (e *Exporter) Describe(ch chan<- *prom.Desc) {
-	for _, m := range metrics {
+	for _, m := range e.metrics {
 		ch <- m.desc
 	}
-	ch <- e.inFlight
 	ch <- e.hotKeyRate
 	ch <- e.hottestRate
-	ch <- e.capability
 	e.health.describe(ch)
 	e.loadSeconds.Describe(ch)
 }
@@ -219,26 +177,16 @@ func (e *Exporter) Describe(ch chan<- *prom.Desc) {
 func (e *Exporter) Collect(ch chan<- prom.Metric) {
 	if c := e.cache; c != nil {
 		for ns, st := range c.Stats() {
-			for _, m := range metrics {
-				ch <- prom.MustNewConstMetric(m.desc, m.kind, float64(m.value(st)), ns)
+			i := 0
+			for _, v := range st.All() {
+				m := e.metrics[i]
+				ch <- prom.MustNewConstMetric(m.desc, m.kind, float64(v)*m.scale, ns)
+				i++
 			}
-			cp := st.Capabilities
-			for _, c := range []struct {
-				name string
-				on   bool
-			}{{"versions", cp.Versions}, {"leases", cp.Leases}, {"smearing", cp.Smearing}, {"hot_sharing", cp.HotSharing}, {"stream", cp.Stream}, {"leveling", cp.Leveling}} {
-				v := 0.0
-				if c.on {
-					v = 1
-				}
-				ch <- prom.MustNewConstMetric(e.capability, prom.GaugeValue, v, ns, c.name)
+			keys := st.HotKeys()
+			if keys == nil {
+				continue
 			}
-		}
-		ch <- prom.MustNewConstMetric(e.inFlight, prom.GaugeValue, float64(c.LoadsInFlight()))
-		if h, ok := c.SharedHealth(); ok {
-			e.health.collect(ch, h)
-		}
-		for ns, keys := range c.HotKeys() {
 			hottest := 0.0
 			if len(keys) > 0 {
 				hottest = keys[0].Rate // fastest first
@@ -250,6 +198,9 @@ func (e *Exporter) Collect(ch chan<- prom.Metric) {
 			for _, k := range keys[:min(len(keys), MaxHotKeyLabels)] {
 				ch <- prom.MustNewConstMetric(e.hotKeyRate, prom.GaugeValue, k.Rate, ns, k.Key)
 			}
+		}
+		if h, ok := c.SharedHealth(); ok {
+			e.health.collect(ch, h)
 		}
 	}
 	e.loadSeconds.Collect(ch)

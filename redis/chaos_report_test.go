@@ -230,21 +230,21 @@ func (rep *chaosReport) table() string {
 		opens = append(opens, fmt.Sprint(f.tier.BreakerOpens))
 		sumOpens += f.tier.BreakerOpens
 		s := f.ns
-		reads += s.Reads
-		hot += s.HotHits
-		loads += s.Loads
-		loadErrs += s.LoadErrors
-		smR += s.SmearedReads
-		smW += s.SmearedWrites
-		leaseT += s.LeasesTaken
-		leaseW += s.LeaseWaits
-		leaseG += s.LeaseGaveUp
-		stale += s.StaleServed
-		soe += s.StaleOnError
-		local += s.LocalServed
-		backoff += s.ErrorBackoffs
-		dropped += s.DroppedStaleSets
-		coalesced += s.Coalesced
+		reads += s.Get("reads")
+		hot += s.Get("hot.hits")
+		loads += s.Get("loads")
+		loadErrs += s.Get("load.errors")
+		smR += s.Get("smeared.reads")
+		smW += s.Get("smeared.writes")
+		leaseT += s.Get("leases.taken")
+		leaseW += s.Get("lease.waits")
+		leaseG += s.Get("lease.gave_up")
+		stale += s.Get("stale_served")
+		soe += s.Get("stale_on_error")
+		local += s.Get("local_served")
+		backoff += s.Get("error_backoffs")
+		dropped += s.Get("dropped_stale_sets")
+		coalesced += s.Get("coalesced")
 	}
 	hotShare := 0.0
 	if reads > 0 {

@@ -437,7 +437,7 @@ func chaosWrite(ns *holdfast.Namespace, db *chaosDB, rng *rand.Rand, stop <-chan
 		if now.After(hardEnd) {
 			return st
 		}
-		if ns.Stats().PendingDeletes == 0 {
+		if ns.Stats().Get("pending_deletes") == 0 {
 			db.landAll(now.UnixNano())
 		}
 		i := rng.IntN(chaosKeys)
@@ -450,7 +450,7 @@ func chaosWrite(ns *holdfast.Namespace, db *chaosDB, rng *rand.Rand, stop <-chan
 		err := ns.Invalidate(ctx, chaosKeyName(i))
 		ret := time.Now()
 		cancel()
-		queued := ns.Stats().PendingDeletes > 0
+		queued := ns.Stats().Get("pending_deletes") > 0
 		db.recordInvalidation(i, v, start.UnixNano(), ret.UnixNano(), queued, err)
 		st.invalidations++
 		if queued {
@@ -469,7 +469,7 @@ func chaosWrite(ns *holdfast.Namespace, db *chaosDB, rng *rand.Rand, stop <-chan
 func landPending(ns *holdfast.Namespace, db *chaosDB) {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if ns.Stats().PendingDeletes == 0 {
+		if ns.Stats().Get("pending_deletes") == 0 {
 			db.landAll(time.Now().UnixNano())
 			return
 		}
@@ -557,7 +557,7 @@ func (s *chaosSamples) sample() {
 			}
 			s.opens[i] = o
 		}
-		keys := p.ns.HotKeys()
+		keys := p.ns.Stats().HotKeys()
 		s.maxHot[i] = max(s.maxHot[i], len(keys))
 		hs.hot[i] = make(map[string]bool, len(keys))
 		for _, k := range keys {

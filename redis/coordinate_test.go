@@ -393,7 +393,7 @@ func TestInvalidateWhileFrozen(t *testing.T) {
 			t.Fatalf("the old value was served after the invalidation (source %v)", res.Source)
 		}
 		st := ns.Stats()
-		if st.PendingDeletes == 0 && st.ReplayedDeletes >= 1 {
+		if st.Get("pending_deletes") == 0 && st.Get("replayed_deletes") >= 1 {
 			break
 		}
 		if time.Now().After(deadline) {

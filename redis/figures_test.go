@@ -209,7 +209,7 @@ func newHoldfastSystem(t *testing.T, name string, cfg figureConfig, hot holdfast
 		stats: func() string {
 			s, ts := ns.Stats(), tier.Stats()
 			return fmt.Sprintf("hot %d, shared hits %d / misses %d / errors %d / bypassed %d, local %d, stale-on-error %d, loads %d, coalesced %d, rejected %d; breaker opens %d, tier timeouts %d",
-				s.HotHits, s.SharedHits, s.SharedMisses, s.SharedErrors, s.SharedBypassed, s.LocalServed, s.StaleOnError, s.Loads, s.Coalesced, s.Rejected, ts.BreakerOpens, ts.Timeouts)
+				s.Get("hot.hits"), s.Get("shared.hits"), s.Get("shared.misses"), s.Get("shared.errors"), s.Get("shared.bypassed"), s.Get("local_served"), s.Get("stale_on_error"), s.Get("loads"), s.Get("coalesced"), s.Get("load.rejected"), ts.BreakerOpens, ts.Timeouts)
 		},
 	}
 }

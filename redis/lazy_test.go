@@ -48,7 +48,7 @@ func TestLazyStartsWithRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for ns.Stats().ReplayedDeletes == 0 {
+	for ns.Stats().Get("replayed_deletes") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the queued invalidation was not replayed: %+v", ns.Stats())
 		}

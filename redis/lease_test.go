@@ -114,8 +114,8 @@ func TestLeaseOfAProcessWhoseOtherPrimaryFroze(t *testing.T) {
 	if opened.Load() {
 		t.Fatal("A's tier-wide breaker opened because one other primary froze")
 	}
-	if s := b.Stats(); s.LeaseWaits != 0 || bLoads.Load() != 0 {
-		t.Fatalf("B waited on a lease (%d) or loaded (%d)", s.LeaseWaits, bLoads.Load())
+	if s := b.Stats(); s.Get("lease.waits") != 0 || bLoads.Load() != 0 {
+		t.Fatalf("B waited on a lease (%d) or loaded (%d)", s.Get("lease.waits"), bLoads.Load())
 	}
 	// The lease is gone: anyone may take it now.
 	if got, err := trA.Lease(ctx, "product:"+key, "next", time.Second); err != nil || !got {

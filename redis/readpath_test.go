@@ -196,7 +196,7 @@ func midLoad(t *testing.T, rp *readPath, key string, readers int, fail func()) *
 	}
 	// Every reader must have joined the flight before Redis fails, or a
 	// late one would read after the load and count for something else.
-	eventually(t, 5*time.Second, func() bool { return rp.ns.Stats().Coalesced >= uint64(readers-1) })
+	eventually(t, 5*time.Second, func() bool { return rp.ns.Stats().Get("coalesced") >= uint64(readers-1) })
 	fail()
 	close(l.release)
 	for range readers {
@@ -270,7 +270,7 @@ func TestReadPathKilledMidLoad(t *testing.T) {
 	st, ts := rp.ns.Stats(), rp.tier.Stats()
 	t.Logf("after kill: ns %+v", st)
 	t.Logf("after kill: tier %+v", ts)
-	if st.LocalServed < 50 || st.SharedHits != 0 || ts.BreakerOpens == 0 || st.SharedBypassed == 0 {
+	if st.Get("local_served") < 50 || st.Get("shared.hits") != 0 || ts.BreakerOpens == 0 || st.Get("shared.bypassed") == 0 {
 		t.Fatalf("stats after kill: ns %+v tier %+v", st, ts)
 	}
 
@@ -448,7 +448,7 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 	// The SET was attempted after the answers, and failed.
 	waitFlight(t, rp, key)
 	st, ts := rp.ns.Stats(), rp.tier.Stats()
-	if ts.Sets != setsBefore+1 || st.SharedSetErrors+st.SharedBypassed == 0 {
+	if ts.Sets != setsBefore+1 || st.Get("shared.set_errors")+st.Get("shared.bypassed") == 0 {
 		t.Fatalf("expected one failed SET: ns %+v tier %+v", st, ts)
 	}
 	// Later reads, with Redis still down: no second load.
@@ -501,7 +501,7 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 	}
 	rp.srv.Freeze()
 	deadline := time.Now().Add(5 * time.Second)
-	for i := 0; rp.tier.Stats().BreakerState != redis.BreakerOpen || rp.ns.Stats().SharedBypassed == 0; i++ {
+	for i := 0; rp.tier.Stats().BreakerState != redis.BreakerOpen || rp.ns.Stats().Get("shared.bypassed") == 0; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("breaker not open: %+v", rp.tier.Stats())
 		}
@@ -518,7 +518,7 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 		rp.getShared(t, "after thaw", k, l)
 	}
 	after, ts := rp.ns.Stats(), rp.tier.Stats()
-	if after.SharedHits-before.SharedHits < uint64(len(keys)) || after.SharedBypassed != before.SharedBypassed || ts.BreakerState != redis.BreakerClosed {
+	if after.Get("shared.hits")-before.Get("shared.hits") < uint64(len(keys)) || after.Get("shared.bypassed") != before.Get("shared.bypassed") || ts.BreakerState != redis.BreakerClosed {
 		t.Fatalf("after thaw: ns %+v, tier %+v", after, ts)
 	}
 	if n := l.total(); n != len(keys) {
@@ -612,10 +612,10 @@ func TestReadPathCorruptBytes(t *testing.T) {
 		}
 	}
 	st := rp.ns.Stats()
-	if got := st.Corrupt - before.Corrupt; got != uint64(len(names)) {
+	if got := st.Get("corrupt_entries") - before.Get("corrupt_entries"); got != uint64(len(names)) {
 		t.Fatalf("Corrupt counted %d, want %d: %+v", got, len(names), st)
 	}
-	if st.SharedErrors != 0 {
+	if st.Get("shared.errors") != 0 {
 		t.Fatalf("corrupt bytes counted as tier errors: %+v", st)
 	}
 	// The load replaced the junk: the next reads are shared hits.
@@ -654,7 +654,7 @@ func TestReadPathCorruptBytes(t *testing.T) {
 			t.Errorf("GetMany %s: %q from %v", name, results[i].Value, results[i].Source)
 		}
 	}
-	if got := rp.ns.Stats().Corrupt - before.Corrupt; got != uint64(len(names)) {
+	if got := rp.ns.Stats().Get("corrupt_entries") - before.Get("corrupt_entries"); got != uint64(len(names)) {
 		t.Fatalf("GetMany: Corrupt counted %d, want %d", got, len(names))
 	}
 }
@@ -705,7 +705,7 @@ func TestReadPathOversizedRefused(t *testing.T) {
 		waitFlight(t, rp, key) // the flights write after answering
 	}
 	st, ts := rp.ns.Stats(), rp.tier.Stats()
-	if st.TooLarge != 1 || ts.TooLarge != 1 || ts.Sets != 2 || st.SharedSetErrors != 1 || ts.BreakerOpens != 0 {
+	if st.Get("too_large") != 1 || ts.TooLarge != 1 || ts.Sets != 2 || st.Get("shared.set_errors") != 1 || ts.BreakerOpens != 0 {
 		t.Fatalf("ns %+v, tier %+v", st, ts)
 	}
 	// The tier-refused value is still cached in process (hot tier); the

@@ -73,8 +73,8 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 			t.Fatalf("healthy read %d: from %v", i, res.Source)
 		}
 	}
-	if st := rp.ns.Stats(); st.MemoryOnSlowRead != 0 {
-		t.Fatalf("healthy Redis: %d reads answered from memory, want 0", st.MemoryOnSlowRead)
+	if st := rp.ns.Stats(); st.Get("memory_on_slow_read") != 0 {
+		t.Fatalf("healthy Redis: %d reads answered from memory, want 0", st.Get("memory_on_slow_read"))
 	}
 
 	// Another process stores a newer "a". Frozen, a read of "a" is

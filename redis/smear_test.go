@@ -261,11 +261,11 @@ func TestClusterSmearing(t *testing.T) {
 		t.Fatalf("values read: %v", seen)
 	}
 	st, rs := rtr.Stats(), reader.Stats()
-	t.Logf("turning hot: copy reads %d, fallbacks %d, fills %d; cache smeared reads %d, writes %d", st.CopyReads, st.CopyFallbacks, st.CopyFills, rs.SmearedReads, rs.SmearedWrites)
+	t.Logf("turning hot: copy reads %d, fallbacks %d, fills %d; cache smeared reads %d, writes %d", st.CopyReads, st.CopyFallbacks, st.CopyFills, rs.Get("smeared.reads"), rs.Get("smeared.writes"))
 	// The copies come from a fill after a copy read missed, or from the
 	// first load's write when the key was hot by the time it was written.
-	if st.CopyReads == 0 || st.CopyFills+rs.SmearedWrites == 0 {
-		t.Fatalf("no copy reads (%d), or copies neither filled (%d) nor written (%d)", st.CopyReads, st.CopyFills, rs.SmearedWrites)
+	if st.CopyReads == 0 || st.CopyFills+rs.Get("smeared.writes") == 0 {
+		t.Fatalf("no copy reads (%d), or copies neither filled (%d) nor written (%d)", st.CopyReads, st.CopyFills, rs.Get("smeared.writes"))
 	}
 	waitFor(t, 5*time.Second, func() bool {
 		for _, k := range copies {
@@ -347,7 +347,7 @@ func TestClusterSmearing(t *testing.T) {
 		v, ok := rawGet(t, rc, copies[0])
 		return ok && strings.HasSuffix(v, v3)
 	})
-	waitFor(t, 20*time.Second, func() bool { return len(reader.HotKeys()) == 0 && len(local.HotKeys()) == 0 })
+	waitFor(t, 20*time.Second, func() bool { return len(reader.Stats().HotKeys()) == 0 && len(local.Stats().HotKeys()) == 0 })
 	src.update("viral")
 	if err := other.Invalidate(ctx, "viral"); err != nil {
 		t.Fatal(err)

@@ -146,8 +146,8 @@ func TestStreamPropagatesUpdates(t *testing.T) {
 				t.Fatalf("p99 %v from Invalidate returning to every reader serving the update", p99)
 			}
 			for i, ns := range readers {
-				if st := ns.Stats(); st.InvalidationsApplied == 0 || st.InvalidationsHeard < 40 {
-					t.Fatalf("reader %d heard %d, applied %d", i, st.InvalidationsHeard, st.InvalidationsApplied)
+				if st := ns.Stats(); st.Get("invalidations.applied") == 0 || st.Get("invalidations.heard") < 40 {
+					t.Fatalf("reader %d heard %d, applied %d", i, st.Get("invalidations.heard"), st.Get("invalidations.applied"))
 				}
 			}
 		})
@@ -193,7 +193,7 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	if took > 3*time.Second {
 		t.Fatalf("the update took %v after the thaw (replay every 500 ms, a heartbeat every 100 ms)", took)
 	}
-	waitUntil(t, 5*time.Second, "the revalidation", func() bool { return reader.Stats().Revalidated > 0 })
+	waitUntil(t, 5*time.Second, "the revalidation", func() bool { return reader.Stats().Get("revalidated") > 0 })
 	if res := get(t, reader, "p2", src); res.Source != holdfast.SourceHot {
 		t.Fatalf("p2, unchanged, from %v after the revalidation: want its hot copy kept (%+v)", res.Source, reader.Stats())
 	}
@@ -212,7 +212,7 @@ func TestStreamAfterARestartEmpty(t *testing.T) {
 	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !rc.Stream().Heard })
 	srv.Restart()
 	waitUntil(t, 10*time.Second, "the stream heard again", func() bool { return rc.Stream().Heard })
-	waitUntil(t, 5*time.Second, "the revalidation to drop p1", func() bool { return reader.Stats().RevalidationDropped == 1 })
+	waitUntil(t, 5*time.Second, "the revalidation to drop p1", func() bool { return reader.Stats().Get("revalidation.dropped") == 1 })
 	// Another process invalidates after the restart: heard again.
 	_, writer := newListeningCache(t, o, hotPolicy)
 	get(t, reader, "p1", src)

@@ -68,7 +68,11 @@ func TestWrapperHidingCapabilitiesIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	if got := c2.Capabilities(); !got.Versions || !got.Leases {
-		t.Fatalf("capabilities through Unwrap: %v", got)
+	through, err := c2.Namespace("through", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true}})
+	if err != nil {
+		t.Fatalf("leases through Unwrap: %v", err)
+	}
+	if st := through.Stats(); st.Get("capability.versions") != 1 || st.Get("capability.leases") != 1 {
+		t.Fatalf("capabilities through Unwrap: versions %d, leases %d; want 1, 1", st.Get("capability.versions"), st.Get("capability.leases"))
 	}
 }

@@ -109,14 +109,14 @@ type hotKey struct {
 }
 
 // hotKeys lists each namespace's hot keys as this instance detects them
-// now, fastest first (holdfast.Namespace.HotKeys): what an operator asks
+// now, fastest first (holdfast.Stats.HotKeys): what an operator asks
 // first when one product goes viral. A namespace without detection (no
 // shared tier: every key is in the hot tier) lists none.
 func (h *Handler) hotKeys(w http.ResponseWriter, r *http.Request) {
 	body := map[string][]hotKey{}
 	for _, ns := range []*holdfast.Namespace{h.product, h.stock, h.list, h.search} {
 		keys := []hotKey{}
-		for _, k := range ns.HotKeys() {
+		for _, k := range ns.Stats().HotKeys() {
 			keys = append(keys, hotKey{k.Key, math.Round(k.Rate*10) / 10})
 		}
 		body[ns.Name()] = keys

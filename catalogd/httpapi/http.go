@@ -159,12 +159,19 @@ func (p Policies) withDefaults() Policies {
 	return p
 }
 
-// withoutHotShare turns Hot.Share off in every namespace.
-func (p Policies) withoutHotShare() Policies {
-	for _, pol := range []*holdfast.Policy{&p.Product, &p.Stock, &p.List, &p.Search} {
-		pol.Hot.Share = false
+// namespace creates the namespace name with policy p, without Hot.Share
+// when c's shared tier cannot share hot keys (there is none, without
+// -redis or in a test): c refuses the policy then, and such a namespace
+// shares none.
+func namespace(c *holdfast.Cache, name string, p holdfast.Policy) (*holdfast.Namespace, error) {
+	ns, err := c.Namespace(name, p)
+	if err != nil && p.Hot.Share {
+		p.Hot.Share = false
+		if ns, err := c.Namespace(name, p); err == nil {
+			return ns, nil
+		}
 	}
-	return p
+	return ns, err
 }
 
 // Check is a readiness check reported by /readyz.
@@ -297,9 +304,6 @@ func NewHandler(cfg Config) (*Handler, error) {
 		listAdmission:   newAdmission(cfg.MaxQueriesInFlight),
 	}
 	pol := cfg.Policies.withDefaults()
-	if !cfg.Cache.Capabilities().HotSharing {
-		pol = pol.withoutHotShare()
-	}
 	// A key limit below the longest key valid input makes would turn valid
 	// requests into 400s; refuse it here rather than at the first long
 	// category.
@@ -323,7 +327,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		{&h.list, NamespaceList, pol.List},
 		{&h.search, NamespaceSearch, pol.Search},
 	} {
-		if *ns.dst, err = cfg.Cache.Namespace(ns.name, ns.p); err != nil {
+		if *ns.dst, err = namespace(cfg.Cache, ns.name, ns.p); err != nil {
 			return nil, fmt.Errorf("catalogd http: %w", err)
 		}
 	}

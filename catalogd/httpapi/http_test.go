@@ -342,8 +342,8 @@ func TestOverloaded(t *testing.T) {
 	if rec := <-done; rec.Code != 200 {
 		t.Errorf("the slow load ended %d: %s", rec.Code, rec.Body)
 	}
-	if s := e.cache.Stats()[httpapi.NamespaceProduct]; s.Overloaded != 1 {
-		t.Errorf("Overloaded %d, want 1", s.Overloaded)
+	if s := e.cache.Stats()[httpapi.NamespaceProduct]; s.Get("overloaded") != 1 {
+		t.Errorf("Overloaded %d, want 1", s.Get("overloaded"))
 	}
 }
 
@@ -357,7 +357,7 @@ func TestCollapsed(t *testing.T) {
 	<-e.store.entered
 	second := make(chan *httptest.ResponseRecorder)
 	go func() { second <- e.get("/v1/products/1") }()
-	for e.cache.Stats()[httpapi.NamespaceProduct].Coalesced == 0 {
+	for e.cache.Stats()[httpapi.NamespaceProduct].Get("coalesced") == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	close(e.store.release)
@@ -714,8 +714,8 @@ func TestRejectedRefreshServesStale(t *testing.T) {
 		}
 		// The refresh of stock 1 and the load of stock 3's reader were
 		// rejected; only the second was a read's.
-		if s := e.cache.Stats()[httpapi.NamespaceStock]; s.Rejected != 1 || s.RefreshesRejected != 1 || s.Overloaded != 0 {
-			t.Errorf("stock: %d rejected, %d refreshes rejected, %d overloaded; want 1, 1, 0", s.Rejected, s.RefreshesRejected, s.Overloaded)
+		if s := e.cache.Stats()[httpapi.NamespaceStock]; s.Get("load.rejected") != 1 || s.Get("refresh.rejected") != 1 || s.Get("overloaded") != 0 {
+			t.Errorf("stock: %d rejected, %d refreshes rejected, %d overloaded; want 1, 1, 0", s.Get("load.rejected"), s.Get("refresh.rejected"), s.Get("overloaded"))
 		}
 	})
 }
@@ -742,7 +742,7 @@ func TestLowStockRefreshesSooner(t *testing.T) {
 		if n := e.store.count("stock") - loads; n != 1 {
 			t.Fatalf("stock loads 1.5 s later: %d, want 1 (the low one's only)", n)
 		}
-		if st := e.cache.Stats()[httpapi.NamespaceStock]; st.LifetimesSet == 0 {
+		if st := e.cache.Stats()[httpapi.NamespaceStock]; st.Get("lifetimes.set") == 0 {
 			t.Fatal("no lifetime set for the low stock")
 		}
 	})

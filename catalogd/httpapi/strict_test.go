@@ -43,8 +43,8 @@ func TestStrictQuery(t *testing.T) {
 		t.Errorf("refused queries reached the store: %d list, %d search reads", n, m)
 	}
 	for ns, s := range e.cache.Stats() {
-		if s.Loads != 0 {
-			t.Errorf("namespace %s: %d loads after refused queries", ns, s.Loads)
+		if s.Get("loads") != 0 {
+			t.Errorf("namespace %s: %d loads after refused queries", ns, s.Get("loads"))
 		}
 	}
 }

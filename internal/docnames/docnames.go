@@ -25,7 +25,7 @@
 //     attribute and file names. Its first part is
 //     a package of the workspace (holdfast.New, redis.Options.MaxKeyBytes),
 //     resolved in that package; a package outside it (see external), not
-//     checked; an exported name (Policy.Hot.TTL, Stats.Loads), a top-level
+//     checked; an exported name (Policy.Hot.TTL, Stats.Get), a top-level
 //     name or a field of any package, resolved from there; or a lower-case
 //     name of neither kind, a variable of an example (ns.GetMany), whose
 //     next part must be a field or method of some type.
@@ -34,6 +34,9 @@
 //     looked up in that member's type.
 //   - A span followed by " →" is a former name, as a changelog cites what
 //     a change replaced: it must no longer resolve.
+//   - In CHANGELOG.md only the unreleased changes are read, up to the first
+//     released version's heading: a release's section names the API as it
+//     was then.
 //
 // Names of other packages are allowlisted by package name rather than
 // resolved with go/types: resolving them would need every module's
@@ -44,6 +47,7 @@ package docnames
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 	"unicode"
@@ -90,6 +94,9 @@ func (p Problem) String() string {
 // idx does not declare, and how many Go names it checked.
 func (idx *Index) Check(file, md string) (problems []Problem, checked int) {
 	var out []Problem
+	if path.Base(file) == "CHANGELOG.md" {
+		md = unreleased(md)
+	}
 	for _, s := range spans(md) {
 		name, ok := goName(s.text)
 		if !ok {
@@ -109,6 +116,18 @@ func (idx *Index) Check(file, md string) (problems []Problem, checked int) {
 	}
 	return out, checked
 }
+
+// unreleased returns the start of a changelog up to its first released
+// version's heading ("## v0.1.0 …"): a release's section names the API as
+// it was at that release, which later ones may have renamed or removed.
+func unreleased(md string) string {
+	if i := releasedHeading.FindStringIndex(md); i != nil {
+		return md[:i[0]]
+	}
+	return md
+}
+
+var releasedHeading = regexp.MustCompile(`(?m)^## \[?v[0-9]`)
 
 type span struct {
 	line   int

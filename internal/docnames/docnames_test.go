@@ -102,7 +102,7 @@ func TestMarkdownNamesExist(t *testing.T) {
 // fixture cites names of every kind, right and wrong; the wrong ones are
 // the lines wrong names on.
 const fixture = "# Fixture\n" +
-	"`holdfast.New`, `(*Cache).Namespace`, `Policy.Hot.TTL`, `Stats.Loads`, `SourceHot`, `LoadTimeout`\n" +
+	"`holdfast.New`, `(*Cache).Namespace`, `Policy.Hot.TTL`, `Stats.Get`, `SourceHot`, `LoadTimeout`\n" +
 	"`redis.Options.MaxKeyBytes`, `redis.Options.Cluster.LevelAbove`, `Cluster.LevelAbove`, `tier.Coordinator.Lease`\n" +
 	"`holdfast.NewTyped[T](ns, codec)`, `Result.Stale()`, `ns.GetMany`, `redis.BreakerOptions.OpenTimeout`\n" +
 	"not names: `-redis-addr`, `redis/nodes.go`, `holdfast_loads_total`, `GOWORK=off`, `SET NX PXAT`, `GET`, `{\"a\":1}`, `go.work`, `holdfast.reads`\n" +
@@ -147,5 +147,19 @@ func TestCheckFixture(t *testing.T) {
 		if !strings.HasPrefix(got[i], want[i]) {
 			t.Errorf("problem %d = %q; want it to begin %q", i, got[i], want[i])
 		}
+	}
+}
+
+// A changelog's released sections name the API as it was at their
+// release: only what comes before the first version's heading is checked.
+func TestChangelogChecksOnlyUnreleased(t *testing.T) {
+	idx, _ := load(t)
+	md := "# Changelog\n\n## Unreleased\n\n- `holdfast.Nope` is new\n\n## v0.1.0 (2026-12-01)\n\n- `holdfast.Gone` was added\n"
+	problems, checked := idx.Check("CHANGELOG.md", md)
+	if checked != 1 || len(problems) != 1 || !strings.HasPrefix(problems[0].String(), "CHANGELOG.md:5: `holdfast.Nope`") {
+		t.Errorf("checked %d names, problems %v; want the unreleased section's one, holdfast.Nope on line 5", checked, problems)
+	}
+	if problems, _ := idx.Check("doc/other.md", md); len(problems) != 2 {
+		t.Errorf("another file's released-looking sections: %d problems, want both names", len(problems))
 	}
 }

@@ -74,6 +74,6 @@ func FillNamespace(ns *holdfast.Namespace, valueSize int) error {
 	_, err := Fill(func(keys []string) error {
 		_, errs := ns.GetMany(context.Background(), keys, load)
 		return errors.Join(errs...)
-	}, func() int { return int(ns.Stats().LastKnownGoodKeys) })
+	}, func() int { return int(ns.Stats().Get("last_known_good.entries")) })
 	return err
 }

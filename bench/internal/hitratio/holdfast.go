@@ -92,7 +92,7 @@ func (h *holdfastCache) awaitFlight(key string) error {
 	return nil
 }
 
-func (h *holdfastCache) Len() int { return int(h.ns.Stats().HotEntries) }
+func (h *holdfastCache) Len() int { return int(h.ns.Stats().Get("hot.entries")) }
 
 func (h *holdfastCache) Close() { h.c.Close() }
 
@@ -105,14 +105,14 @@ func (h *holdfastCache) stats() holdfast.Stats { return h.ns.Stats() }
 func (h *holdfastCache) check(hits, requests int) error {
 	st := h.stats()
 	switch {
-	case st.LastKnownGoodKeys != 0:
-		return fmt.Errorf("holdfast: last-known-good holds %d keys: the hot tier is not the only store", st.LastKnownGoodKeys)
-	case st.HotHits != uint64(hits):
-		return fmt.Errorf("holdfast: %d hot-tier hits counted, %d seen", st.HotHits, hits)
+	case st.Get("last_known_good.entries") != 0:
+		return fmt.Errorf("holdfast: last-known-good holds %d keys: the hot tier is not the only store", st.Get("last_known_good.entries"))
+	case st.Get("hot.hits") != uint64(hits):
+		return fmt.Errorf("holdfast: %d hot-tier hits counted, %d seen", st.Get("hot.hits"), hits)
 	case h.joined != 0:
 		return fmt.Errorf("holdfast: %d reads joined a load's flight", h.joined)
-	case st.Loads != uint64(h.loaded) || h.loaded != requests-hits:
-		return fmt.Errorf("holdfast: %d loads counted, %d seen, for %d misses", st.Loads, h.loaded, requests-hits)
+	case st.Get("loads") != uint64(h.loaded) || h.loaded != requests-hits:
+		return fmt.Errorf("holdfast: %d loads counted, %d seen, for %d misses", st.Get("loads"), h.loaded, requests-hits)
 	}
 	return nil
 }

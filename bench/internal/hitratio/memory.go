@@ -22,10 +22,10 @@ func HoldfastEntryCost(valueBytes int) (int64, error) {
 		return 0, err
 	}
 	st := c.(*holdfastCache).stats()
-	if st.HotEntries != 1 || st.HotBytes == 0 {
-		return 0, fmt.Errorf("hitratio: after one read holdfast's hot tier holds %d entries of %d bytes, not one", st.HotEntries, st.HotBytes)
+	if st.Get("hot.entries") != 1 || st.Get("hot.bytes") == 0 {
+		return 0, fmt.Errorf("hitratio: after one read holdfast's hot tier holds %d entries of %d bytes, not one", st.Get("hot.entries"), st.Get("hot.bytes"))
 	}
-	return int64(st.HotBytes), nil
+	return int64(st.Get("hot.bytes")), nil
 }
 
 // fillFactor is how many distinct keys, per entry it may hold, a cache is

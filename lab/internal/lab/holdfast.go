@@ -122,10 +122,13 @@ func (h *holdfastReader) Invalidate(ctx context.Context, key string) error {
 	return h.ns.Invalidate(ctx, key)
 }
 
-// Stats returns the namespace's counters, each field of holdfast.Stats
-// under its snake_case name prefixed with hf_, and the tier's.
+// Stats returns the namespace's counters, each measure of holdfast.Stats
+// under its name with "_" for "." prefixed with hf_, and the tier's.
 func (h *holdfastReader) Stats() map[string]float64 {
-	out := structStats("hf_", h.ns.Stats())
+	out := map[string]float64{}
+	for m, v := range h.ns.Stats().All() {
+		out["hf_"+strings.ReplaceAll(m.Name, ".", "_")] = float64(v)
+	}
 	if h.tierStats != nil {
 		for k, v := range h.tierStats() {
 			out[k] = v
