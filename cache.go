@@ -299,10 +299,6 @@ func (c *Cache) Namespaces() []string {
 	return names
 }
 
-// LoadsInFlight reports how many loader calls hold a slot of the cache-wide
-// load limit now.
-func (c *Cache) LoadsInFlight() int { return c.limit.inUse() }
-
 // Close cancels loads and background refreshes, waits for them to return,
 // and makes later reads fail with ErrClosed. It does not close the shared
 // tier, which the caller owns.

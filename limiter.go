@@ -2,6 +2,7 @@ package holdfast
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -32,6 +33,10 @@ type limiter struct {
 	keptUpAt atomic.Int64
 	start    time.Time
 }
+
+// uncapped is a limit no process reaches: a limiter of it only counts the
+// slots in use. Its slots take no memory.
+const uncapped = math.MaxInt32
 
 // saturatedWait is the longest a load waits for a slot once none has come
 // free to waiting loads for the limiter's whole wait.

@@ -1,6 +1,7 @@
 package holdfast
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -23,7 +24,10 @@ type Namespace struct {
 	hot     *local.Store[meta] // nil when the hot tier is disabled
 	lkg     *local.Store[meta] // nil when StaleIfError is 0
 	flights *flightGroup
-	limit   *limiter // this namespace's own cap, or nil
+	// limit is this namespace's own cap (Policy.MaxConcurrentLoads), and
+	// without one a limiter that never refuses: its slots in use are the
+	// namespace's loads in flight (Stats).
+	limit *limiter
 	// reserved is the slots only this namespace's loads take, before the
 	// Cache's (Policy.ReservedLoads), or nil.
 	reserved *limiter
@@ -48,7 +52,7 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		prefix:   name + ":",
 		p:        p,
 		flights:  newFlightGroup(),
-		limit:    newLimiter(p.MaxConcurrentLoads, c.opts.LoadWait),
+		limit:    newLimiter(cmp.Or(p.MaxConcurrentLoads, uncapped), c.opts.LoadWait),
 		reserved: newLimiter(p.ReservedLoads, NoLoadWait),
 		ctr:      newCounters(),
 	}
@@ -86,11 +90,6 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	}
 	return n
 }
-
-// Loading reports whether a fetch of key is in progress in this process,
-// its shared-tier write included. Readers do not wait for that write; tests
-// that go on to break the tier or move the clock can wait for it with this.
-func (n *Namespace) Loading(key string) bool { return n.flights.inProgress(key) }
 
 // Name returns the namespace's name.
 func (n *Namespace) Name() string { return n.name }

@@ -244,7 +244,7 @@ func (n *Namespace) revalidateBatch(ctx context.Context, keys []string, origins 
 				n.ctr.inc(evRevalidated)
 				continue
 			}
-		case n.Loading(keys[i]):
+		case n.flights.inProgress(keys[i]):
 			// Its load's write may be on its way (the hot tier takes a
 			// value before the shared tier does): checked again at the
 			// next try, once the write has landed or been refused.

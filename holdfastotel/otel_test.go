@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/holdfastotel"
 	"github.com/holdfast-dev/holdfast/inmem"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -83,7 +84,7 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 		if err != nil {
 			t.Fatalf("Get(%q): %v", key, err)
 		}
-		waitFor(t, "the flight of "+key, func() bool { return !ns.Loading(key) })
+		waitFor(t, "the flight of "+key, func() bool { return !testhook.Loading(ns, key) })
 		return res
 	}
 	get("p1", ok) // miss, load
@@ -114,7 +115,7 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 	if res := get("p1", ok); res.Source != holdfast.SourceShared || res.Reason != holdfast.ReasonRevalidating || !res.Stale() {
 		t.Fatalf("p1 past soft from %v for %v (stale %v), want shared, revalidating, stale", res.Source, res.Reason, res.Stale())
 	}
-	waitFor(t, "the refresh", func() bool { return ns.Stats().Get("loads") == 2 && !ns.Loading("p1") })
+	waitFor(t, "the refresh", func() bool { return ns.Stats().Get("loads") == 2 && !testhook.Loading(ns, "p1") })
 	// A load error.
 	if _, err := ns.Get(ctx, "p3", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return nil, errors.New("db down") })); err == nil {
 		t.Fatal("p3: no error from a failing loader")
@@ -133,7 +134,7 @@ func TestMetricsEqualStats(t *testing.T) {
 		t.Fatal("a second Exporter of the same cache was accepted")
 	}
 	ns.Get(context.Background(), "p4", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("x"), nil }))
-	waitFor(t, "p4's flight", func() bool { return !ns.Loading("p4") })
+	waitFor(t, "p4's flight", func() bool { return !testhook.Loading(ns, "p4") })
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

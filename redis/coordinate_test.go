@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -354,7 +355,7 @@ func staleSetRace(t *testing.T, wrap func(tier.Tier) tier.Tier) {
 		}
 		check()
 		<-loadDone
-		for loaderNS.Loading(key) {
+		for testhook.Loading(loaderNS, key) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		check()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -64,7 +65,7 @@ func TestLazyStartsWithRedisDown(t *testing.T) {
 		if _, err := ns.Get(ctx, key, load); err != nil {
 			t.Fatalf("read after connecting: %v", err)
 		}
-		for ns.Loading(key) {
+		for testhook.Loading(ns, key) {
 			time.Sleep(time.Millisecond)
 		}
 		_, found, err := l.Get(ctx, "product:"+key)

@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 )
 
 // The orphaned-lease reproduction, on a real 3 + 3 Cluster: process A takes
@@ -91,7 +92,7 @@ func TestLeaseOfAProcessWhoseOtherPrimaryFroze(t *testing.T) {
 	}
 	// A's write and release happen after its readers are answered.
 	deadline := time.Now().Add(5 * time.Second)
-	for a.Loading(key) && time.Now().Before(deadline) {
+	for testhook.Loading(a, key) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/holdfast-dev/holdfast/tier"
 )
@@ -219,7 +220,7 @@ func midLoad(t *testing.T, rp *readPath, key string, readers int, fail func()) *
 // write included.
 func waitFlight(t *testing.T, rp *readPath, key string) {
 	t.Helper()
-	eventually(t, 5*time.Second, func() bool { return !rp.ns.Loading(key) })
+	eventually(t, 5*time.Second, func() bool { return !testhook.Loading(rp.ns, key) })
 }
 
 // eventually polls cond every 5 ms and fails the test if it is not true

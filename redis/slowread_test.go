@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 	"github.com/holdfast-dev/holdfast/redis"
 	"github.com/holdfast-dev/holdfast/tier"
 )
@@ -100,7 +101,7 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 			res, d := timedGet(key)
 			ch <- timed{res, d}
 		}()
-		eventually(t, 5*time.Second, func() bool { return rp.ns.Loading(key) })
+		eventually(t, 5*time.Second, func() bool { return testhook.Loading(rp.ns, key) })
 		time.Sleep(5 * healthyGrace)
 		return ch
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 )
 
 // frozenClock is a holdfast.Clock that never moves: nothing expires during
@@ -83,7 +84,7 @@ const flightWait = 5 * time.Second
 // replay waits, as it waits for theine's and ristretto's writes.
 func (h *holdfastCache) awaitFlight(key string) error {
 	deadline := time.Now().Add(flightWait)
-	for h.ns.Loading(key) {
+	for testhook.Loading(h.ns, key) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("holdfast: the load of %q still in flight %v after its reader was answered", key, flightWait)
 		}

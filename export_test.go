@@ -1,0 +1,10 @@
+package holdfast
+
+// Loading reports whether a fetch of key is in progress in this process,
+// its shared-tier write included. Readers do not wait for that write; tests
+// that go on to break the tier or move the clock can wait for it with this.
+func (n *Namespace) Loading(key string) bool { return n.flights.inProgress(key) }
+
+// LoadsInFlight reports how many loader calls hold a slot of the
+// cache-wide load limit now.
+func (c *Cache) LoadsInFlight() int { return c.limit.inUse() }
