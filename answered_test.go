@@ -37,7 +37,7 @@ func TestTierDownPastSoftIsStale(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	ns := newNS(t, c, "product", holdfast.Policy{SoftTTL: time.Second, TTL: 10 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}, SlowReadGrace: time.Second})
+	ns := newNS(t, c, "product", holdfast.Policy{SoftTTL: time.Second, TTL: 10 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowReadGrace: time.Second})
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l)
 	settle(t, ns, "p1")

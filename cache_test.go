@@ -343,7 +343,7 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}, SlowLoadGrace: noGrace})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowLoadGrace: noGrace})
 
 	// Another process loaded the value 0.5 s ago; this one reads it from the
 	// shared tier now, so it enters memory 0.5 s after its origin.
@@ -382,7 +382,7 @@ func TestLastKnownGoodKeepsTheNewestLoad(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}, SlowLoadGrace: noGrace})
+	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowLoadGrace: noGrace})
 	entry := func(val string, origin time.Time) []byte {
 		return tier.AppendEntry(nil, tier.Entry{Value: []byte(val), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second)})
 	}
@@ -416,7 +416,7 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	// goroutine of the Cache's, and a 2 ms slow-read delay (the default)
 	// can pass before that goroutine runs on a loaded machine, which would
 	// answer from memory as a slow read: the same value, another Source.
-	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}, SlowReadGrace: time.Second})
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowReadGrace: time.Second})
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l)
 	settle(t, ns, "p1")
@@ -505,7 +505,7 @@ func TestInvalidationDuringLoadIsNotStored(t *testing.T) {
 func TestInvalidateRemovesEveryTier(t *testing.T) {
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared})
-	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Keys: holdfast.HotAll}})
+	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Threshold: -1}})
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l)
 	if res := mustGet(t, ns, "p1", l); res.Source != holdfast.SourceHot {
@@ -569,7 +569,7 @@ func TestHotTierNeverPastSoft(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 3 * time.Second, TTL: 5 * time.Second, Hot: holdfast.HotPolicy{Keys: holdfast.HotAll}})
+	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 3 * time.Second, TTL: 5 * time.Second, Hot: holdfast.HotPolicy{Threshold: -1}})
 	l := &countingLoader{}
 	mustGet(t, ns, "s1", l)
 	settle(t, ns, "s1")
@@ -613,7 +613,7 @@ func TestCorruptSharedBytesAreAMiss(t *testing.T) {
 }
 
 func TestLimiterRejectsWithoutQueueing(t *testing.T) {
-	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2, LoadWait: holdfast.NoLoadWait})
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2, LoadWait: -1})
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	l := &countingLoader{gate: make(chan struct{})}
 	for _, k := range []string{"a", "b"} {
@@ -705,7 +705,7 @@ func TestNamespaceLimit(t *testing.T) {
 // A namespace's reserved load slots keep its misses loading while another
 // namespace's flood of misses holds every cache-wide slot.
 func TestReservedLoadsSurviveAnotherNamespacesFlood(t *testing.T) {
-	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2, LoadWait: holdfast.NoLoadWait})
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 2, LoadWait: -1})
 	search := newNS(t, c, "search", holdfast.Policy{})
 	product := newNS(t, c, "product", holdfast.Policy{ReservedLoads: 1})
 	stock := newNS(t, c, "stock", holdfast.Policy{})
@@ -843,14 +843,11 @@ func TestPolicyValidation(t *testing.T) {
 	if _, err := c.Namespace("ok", holdfast.Policy{}); err == nil {
 		t.Error("a duplicate namespace was accepted")
 	}
-	if _, err := holdfast.New(holdfast.Options{MaxConcurrentLoads: -2}); err == nil {
-		t.Error("MaxConcurrentLoads below NoLoadLimit accepted")
-	}
-	if _, err := holdfast.New(holdfast.Options{LoadWait: -time.Second}); err == nil {
-		t.Error("LoadWait below NoLoadWait accepted")
+	if _, err := holdfast.New(holdfast.Options{MaxConcurrentLoads: -2, LoadWait: -time.Second}); err != nil {
+		t.Errorf("negative MaxConcurrentLoads and LoadWait (no cap, no wait) refused: %v", err)
 	}
 	if got := newNS(t, c, "defaults", holdfast.Policy{}).Policy(); got.TTL != holdfast.DefaultTTL || got.SoftTTL != got.TTL ||
-		got.NegativeTTL != holdfast.DefaultNegativeTTL || got.Hot.TTL != holdfast.DefaultHotTTL {
+		got.NegativeTTL != holdfast.DefaultNegativeTTL || got.Hot.TTL != holdfast.DefaultHotTTL || got.Hot.Threshold != -1 {
 		t.Errorf("zero policy did not get the defaults: %+v", got)
 	}
 }
@@ -960,7 +957,7 @@ func TestStaleWhileRevalidateWithoutSharedTier(t *testing.T) {
 func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared})
-	ns := newNS(t, c, "product", holdfast.Policy{Hot: holdfast.HotPolicy{Keys: holdfast.HotDetected, Threshold: 50, HalfLife: 2 * time.Second}})
+	ns := newNS(t, c, "product", holdfast.Policy{Hot: holdfast.HotPolicy{Threshold: 50, HalfLife: 2 * time.Second}})
 	l := &countingLoader{}
 	for i := range 200 { // cold keys, read once each
 		mustGet(t, ns, fmt.Sprint("cold-", i), l)
@@ -995,7 +992,7 @@ func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
 func TestLoadErrorBackoff(t *testing.T) {
 	clk := fakeclock.New(t0)
 	c := newCache(t, holdfast.Options{Clock: clk})
-	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	mustGet(t, ns, "p1", &countingLoader{})
 	clk.Advance(2 * time.Second) // past hard
 	down := &countingLoader{err: errors.New("db down")}
@@ -1036,8 +1033,8 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 	shared := inmem.New(clk.Now).Smearing(3)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Threshold: 50, HalfLife: time.Second}})
-	if ns.Policy().Hot.Keys != holdfast.HotDetected {
-		t.Fatalf("Hot.Keys %v with a shared tier, want HotDetected", ns.Policy().Hot.Keys)
+	if got := newNS(t, c, "auto", holdfast.Policy{}).Policy().Hot.Threshold; got != 1000.0/60 {
+		t.Fatalf("Hot.Threshold %v by default with a shared tier, want 1000/60", got)
 	}
 	l := &countingLoader{}
 	mustGet(t, ns, "viral", l)

@@ -65,7 +65,7 @@ func TestLeaseFreedBetweenAWaitersReadAndItsLease(t *testing.T) {
 			<-released
 		}
 	}}
-	p := holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, Poll: 5 * time.Millisecond}, Hot: holdfast.HotPolicy{Disabled: true}}
+	p := holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, Poll: 5 * time.Millisecond}, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	a := newNS(t, newCache(t, holdfast.Options{Shared: holder}), "product", p)
 	b := newNS(t, newCache(t, holdfast.Options{Shared: waiter}), "product", p)
 	load := &countingLoader{gate: make(chan struct{})}

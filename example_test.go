@@ -24,8 +24,9 @@ func Example() {
 		SoftTTL:      3 * time.Second, // soft: refreshed in the background after this
 		StaleIfError: 5 * time.Second, // served this much past hard if the database fails
 		// With a shared tier only keys read often enough to be hot are
-		// kept in process memory by default; HotAll keeps every key.
-		Hot: holdfast.HotPolicy{Keys: holdfast.HotAll},
+		// kept in process memory by default; a negative Threshold keeps
+		// every key.
+		Hot: holdfast.HotPolicy{Threshold: -1},
 	})
 	if err != nil {
 		panic(err)

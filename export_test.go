@@ -8,3 +8,12 @@ func (n *Namespace) Loading(key string) bool { return n.flights.inProgress(key) 
 // LoadsInFlight reports how many loader calls hold a slot of the
 // cache-wide load limit now.
 func (c *Cache) LoadsInFlight() int { return c.limit.inUse() }
+
+// The defaults the tests compare with.
+const (
+	DefaultTTL              = defaultTTL
+	DefaultNegativeTTL      = defaultNegativeTTL
+	DefaultHotTTL           = defaultHotTTL
+	DefaultLoadErrorBackoff = defaultLoadErrorBackoff
+	DefaultSlowLoadGrace    = defaultSlowLoadGrace
+)

@@ -29,7 +29,7 @@ func (b *busyTier) Shed(key string) bool {
 
 // noHot keeps no key in the hot tier, so that every read past the first
 // goes to the shared tier or, shed, to last-known-good.
-var noHot = holdfast.Policy{TTL: time.Minute, SoftTTL: 30 * time.Second, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Disabled: true}}
+var noHot = holdfast.Policy{TTL: time.Minute, SoftTTL: 30 * time.Second, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 
 // A read the tier sheds is answered from this process's last-known-good
 // copy, within its soft time, without reading the shared tier; one the tier
@@ -182,7 +182,7 @@ func TestBusyNodeHotKeyEntersHotTier(t *testing.T) {
 	shared := &busyTier{Tier: inmem.New(nil)}
 	var admit atomic.Bool
 	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Hour,
-		Hot: holdfast.HotPolicy{Keys: holdfast.HotAll, TTL: time.Minute, Admit: func(string) bool { return admit.Load() }}}
+		Hot: holdfast.HotPolicy{Threshold: -1, TTL: time.Minute, Admit: func(string) bool { return admit.Load() }}}
 	ns := newListeningNS(t, holdfast.Options{Shared: shared}, p)
 	src := &source{}
 	mustGet(t, ns, "p1", src)

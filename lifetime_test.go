@@ -20,7 +20,7 @@ import (
 func TestLoaderSetLifetimeInEveryTier(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
-	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Keys: holdfast.HotAll}}
+	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Threshold: -1}}
 	a := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	b := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	var loads atomic.Int64
@@ -131,7 +131,7 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Minute, Lifetime: holdfast.LifetimeBounds{MaxStaleIfError: time.Hour},
-		Hot: holdfast.HotPolicy{Disabled: true}}
+		Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	a := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	b := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	windows := map[string]time.Duration{"short": 5 * time.Second, "long": 30 * time.Minute, "none": -1, "clamped": 2 * time.Hour}
@@ -212,7 +212,7 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 func TestOwnInvalidationOutlastsALongerLoaderSetLifetime(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
-	p := holdfast.Policy{TTL: time.Minute, Lifetime: holdfast.LifetimeBounds{Max: 10 * time.Minute}, Hot: holdfast.HotPolicy{Disabled: true}}
+	p := holdfast.Policy{TTL: time.Minute, Lifetime: holdfast.LifetimeBounds{Max: 10 * time.Minute}, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	ns := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	var loads atomic.Int64
 	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {

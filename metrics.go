@@ -120,8 +120,8 @@ func (s Stats) String() string {
 }
 
 // HotKeys returns the namespace's hot keys, fastest first, at most
-// Hot.TopK; nil unless it detects hot keys (Hot.Keys is HotDetected, or
-// the shared tier smears).
+// Hot.TopK; nil unless it detects hot keys (Hot.Threshold is positive, as
+// by default with a shared tier, or the shared tier smears).
 func (s Stats) HotKeys() []HotKey { return s.hot }
 
 // HotKey is a key read often enough to be hot, and its estimated rate.

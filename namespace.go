@@ -35,8 +35,11 @@ type Namespace struct {
 	pending  pendingDeletes
 	recent   recentInvalidations
 	coord    tier.Coordinator // the shared tier, when it coordinates processes
-	hotKeys  *hotkey.Detector // non-nil with Hot.Keys == HotDetected, or a smearing shared tier
-	smear    tier.Smearer     // the shared tier, when it smears hot keys
+	hotKeys  *hotkey.Detector // non-nil with hotDetected, or a smearing shared tier
+	// hotDetected is set when only the keys found hot enter the hot tier
+	// (a positive Hot.Threshold); else every key read does.
+	hotDetected bool
+	smear       tier.Smearer // the shared tier, when it smears hot keys
 	// sharedHot is the hot set every process published (Hot.Share).
 	sharedHot atomic.Pointer[sharedHotSet]
 	backoff   *local.Store[loadFailure] // keys whose last load failed (LoadErrorBackoff)
@@ -53,24 +56,33 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		p:        p,
 		flights:  newFlightGroup(),
 		limit:    newLimiter(cmp.Or(p.MaxConcurrentLoads, uncapped), c.opts.LoadWait),
-		reserved: newLimiter(p.ReservedLoads, NoLoadWait),
+		reserved: newLimiter(p.ReservedLoads, -1), // taken free or not at all
 		ctr:      newCounters(),
 	}
-	if n.p.Hot.Keys == HotAuto {
-		n.p.Hot.Keys = HotAll
-		if c.opts.Shared != nil {
-			n.p.Hot.Keys = HotDetected
+	// Without a shared tier the hot tier is the only cache: by default
+	// every key read enters it.
+	if n.p.Hot.Threshold == 0 {
+		n.p.Hot.Threshold = defaultHotThreshold
+		if c.opts.Shared == nil {
+			n.p.Hot.Threshold = -1
 		}
 	}
+	n.hotDetected = n.p.Hot.Threshold > 0
 	n.coord, n.smear = c.caps.coord, c.caps.smear
-	if !p.Hot.Disabled {
+	if p.Hot.MaxBytes > 0 {
 		n.hot = local.New[meta](p.Hot.MaxBytes)
 		// The hot tier's window follows its hit rate; the hits are the
 		// namespace's own count, which the read path keeps anyway.
 		n.hot.AdaptWindow(func() uint64 { return n.ctr.sum(evHotHit) + n.ctr.sum(evHotRecheckHit) })
 	}
-	if (n.hot != nil && n.p.Hot.Keys == HotDetected) || n.smear != nil {
-		n.hotKeys = hotkey.New(hotkey.Options{Threshold: p.Hot.Threshold, HalfLife: p.Hot.HalfLife, TopK: p.Hot.TopK})
+	if (n.hot != nil && n.hotDetected) || n.smear != nil {
+		// A smearing tier's copies follow the keys found hot, at the
+		// default rate when every key enters the hot tier.
+		at := n.p.Hot.Threshold
+		if at <= 0 {
+			at = defaultHotThreshold
+		}
+		n.hotKeys = hotkey.New(hotkey.Options{Threshold: at, HalfLife: p.Hot.HalfLife, TopK: p.Hot.TopK})
 	}
 	if p.LoadErrorBackoff > 0 {
 		// 1 MiB of memory: an entry takes about 250 bytes of node and
@@ -84,7 +96,7 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 	// soft), so stale-while-revalidate needs it.
 	if size := p.LastKnownGoodBytes; p.StaleIfError > 0 || p.Lifetime.MaxStaleIfError > 0 || c.opts.Shared != nil || p.SoftTTL < p.TTL {
 		if size == 0 {
-			size = DefaultLastKnownGoodBytes
+			size = defaultLastKnownGoodBytes
 		}
 		n.lkg = local.New[meta](size)
 	}

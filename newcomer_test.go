@@ -94,7 +94,7 @@ func TestJoinedReadersAreNotLoads(t *testing.T) {
 
 // Errors read once: no repeated "holdfast:" prefix; a nil loader is named.
 func TestErrorsReadOnce(t *testing.T) {
-	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: holdfast.NoLoadWait})
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: -1})
 	ns := newNS(t, c, "profiles", holdfast.Policy{})
 	gate := make(chan struct{})
 	defer close(gate)

@@ -24,8 +24,8 @@ type Options struct {
 	// cache misses (a per-pod limit of 1 in front of MySQL is where this
 	// design comes from). A load that finds no slot waits up to LoadWait,
 	// then is rejected: the caller gets a stale value if one may be served,
-	// else ErrOverloaded. Default 4 × GOMAXPROCS; NoLoadLimit turns the cap
-	// off.
+	// else ErrOverloaded. Default 4 × GOMAXPROCS; a negative value turns
+	// the cap off.
 	MaxConcurrentLoads int
 
 	// LoadWait is how long a load may wait for a free slot before it is
@@ -34,7 +34,7 @@ type Options struct {
 	// has come free to waiting loads for LoadWait, the source is saturated
 	// rather than bursting, and a load waits at most 10 ms: a queue in
 	// front of a database that cannot keep up only delays the answer "no".
-	// NoLoadWait rejects at once, with no queue at all. Loads whose readers
+	// A negative value rejects at once, with no queue at all. Loads whose readers
 	// can be served a stale value, and background refreshes, never wait.
 	LoadWait time.Duration
 
@@ -239,25 +239,22 @@ type Policy struct {
 // HotPolicy configures a namespace's hot tier: a small in-process tier of
 // encoded bytes (a local cache of hot keys took ~35% of normal traffic, up to 70% in spikes, in a large deployment).
 type HotPolicy struct {
-	// Disabled turns the hot tier off for this namespace.
-	Disabled bool
 	// TTL is how long a value stays in the hot tier; it is never kept past
 	// the value's soft time. Default 1 minute.
 	TTL time.Duration
 	// MaxBytes bounds the memory the tier's entries take, counted as for
-	// Policy.LastKnownGoodBytes. Default 16 MiB.
+	// Policy.LastKnownGoodBytes. Default 16 MiB; a negative value turns the
+	// hot tier off for this namespace.
 	MaxBytes int64
-	// Keys chooses which keys enter the hot tier: every key read (HotAll),
-	// or only the keys read at least Threshold times a second, found as
-	// they are read (HotDetected: a local cache of hot keys only,
-	// ~35% of normal traffic and up to 70% in spikes). The default,
-	// HotAuto, is HotDetected when the Cache has a shared tier and HotAll
-	// when it has not. With a shared tier that smears (tier.Smearer), the keys
-	// found hot are also read from and written to several nodes, whatever
-	// Keys says.
-	Keys HotMode
 	// Threshold is the read rate, per second and key, at or above which a
-	// key is hot. Default 1000/60: 1,000 reads a minute.
+	// key is hot, found as it is read: only hot keys enter the hot tier
+	// (a local cache of hot keys took ~35% of normal traffic, up to 70% in
+	// spikes). Default with a shared tier 1000/60, 1,000 reads a minute;
+	// without one, where the hot tier is the only cache, every key read
+	// enters it (Policy returns -1 then). A negative value admits every
+	// key read with a shared tier too. With a shared tier that smears
+	// (tier.Smearer), the keys found hot, at this rate or the default, are
+	// also read from and written to several nodes.
 	Threshold float64
 	// HalfLife is how fast the detector forgets old reads: a key read at a
 	// steady rate r is estimated at r·(1 − 2^(−t/HalfLife)) after t, and one
@@ -292,19 +289,6 @@ type HotPolicy struct {
 	// fails). Default 15 s.
 	MaxUnheard time.Duration
 }
-
-// HotMode chooses which keys enter a namespace's hot tier.
-type HotMode uint8
-
-const (
-	// HotAuto is HotDetected with a shared tier and HotAll without one,
-	// where the hot tier is the only cache.
-	HotAuto HotMode = iota
-	// HotAll admits every key read.
-	HotAll
-	// HotDetected admits the keys read at least Threshold times a second.
-	HotDetected
-)
 
 // LeasePolicy configures per-key leases: on a shared-tier miss, a process
 // takes the key's lease before loading; the others wait for the value
@@ -341,52 +325,38 @@ type EarlyRefresh struct {
 	XFetchBeta float64
 }
 
-// Limiter settings that are not durations or counts.
+// The defaults, documented beside each field: a zero field takes its
+// default.
 const (
-	// NoLoadLimit as Options.MaxConcurrentLoads: no cap on concurrent loads.
-	NoLoadLimit = -1
-	// NoLoadWait as Options.LoadWait: a load that finds no free slot is
-	// rejected at once.
-	NoLoadWait time.Duration = -1
-)
+	defaultLoadWait           = 250 * time.Millisecond
+	defaultTTL                = time.Minute
+	defaultNegativeTTL        = 5 * time.Second
+	defaultLoadErrorBackoff   = time.Second
+	defaultLoadTimeout        = 5 * time.Second
+	defaultSlowLoadGrace      = 15 * time.Millisecond
+	defaultSlowReadGrace      = 2 * time.Millisecond
+	defaultHotTTL             = time.Minute
+	defaultHotMaxBytes        = 16 << 20
+	defaultHotThreshold       = 1000.0 / 60
+	defaultHotHalfLife        = 2 * time.Second
+	defaultHotTopK            = 64
+	defaultHotMaxUnheard      = 15 * time.Second
+	defaultLifetimeMin        = time.Second
+	defaultLastKnownGoodBytes = 32 << 20
+	defaultMaxValueBytes      = 1 << 20
+	defaultMaxKeyBytes        = 512
 
-// Defaults.
-const (
-	DefaultLoadWait           = 250 * time.Millisecond
-	DefaultTTL                = time.Minute
-	DefaultNegativeTTL        = 5 * time.Second
-	DefaultLoadErrorBackoff   = time.Second
-	DefaultLoadTimeout        = 5 * time.Second
-	DefaultSlowLoadGrace      = 15 * time.Millisecond
-	DefaultSlowReadGrace      = 2 * time.Millisecond
-	DefaultHotTTL             = time.Minute
-	DefaultHotMaxBytes        = 16 << 20
-	DefaultHotThreshold       = 1000.0 / 60
-	DefaultHotHalfLife        = 2 * time.Second
-	DefaultHotTopK            = 64
-	DefaultHotMaxUnheard      = 15 * time.Second
-	DefaultLifetimeMin        = time.Second
-	DefaultLastKnownGoodBytes = 32 << 20
-	DefaultMaxValueBytes      = 1 << 20
-	DefaultMaxKeyBytes        = 512
-
-	DefaultMaxPendingInvalidations = 100_000
-	DefaultReplayInterval          = 500 * time.Millisecond
-	DefaultHotShareInterval        = 5 * time.Second
+	defaultMaxPendingInvalidations = 100_000
+	defaultReplayInterval          = 500 * time.Millisecond
+	defaultHotShareInterval        = 5 * time.Second
 )
 
 func (o Options) withDefaults() (Options, error) {
-	switch {
-	case o.MaxConcurrentLoads < NoLoadLimit:
-		return o, fmt.Errorf("holdfast: MaxConcurrentLoads %d is negative (NoLoadLimit, -1, turns the cap off)", o.MaxConcurrentLoads)
-	case o.MaxConcurrentLoads == 0:
+	if o.MaxConcurrentLoads == 0 {
 		o.MaxConcurrentLoads = 4 * runtime.GOMAXPROCS(0)
 	}
-	switch {
-	case o.LoadWait < NoLoadWait:
-		return o, fmt.Errorf("holdfast: LoadWait %v is negative (NoLoadWait, -1 ns, rejects at once)", o.LoadWait)
-	case o.LoadWait == 0:
-		o.LoadWait = DefaultLoadWait
+	if o.LoadWait == 0 {
+		o.LoadWait = defaultLoadWait
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -395,13 +365,13 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("holdfast: MaxPendingInvalidations %d, ReplayInterval %v or HotShareInterval %v is negative", o.MaxPendingInvalidations, o.ReplayInterval, o.HotShareInterval)
 	}
 	if o.HotShareInterval == 0 {
-		o.HotShareInterval = DefaultHotShareInterval
+		o.HotShareInterval = defaultHotShareInterval
 	}
 	if o.MaxPendingInvalidations == 0 {
-		o.MaxPendingInvalidations = DefaultMaxPendingInvalidations
+		o.MaxPendingInvalidations = defaultMaxPendingInvalidations
 	}
 	if o.ReplayInterval == 0 {
-		o.ReplayInterval = DefaultReplayInterval
+		o.ReplayInterval = defaultReplayInterval
 	}
 	return o, nil
 }
@@ -418,7 +388,7 @@ func (p Policy) withDefaults() (Policy, error) {
 		}
 	}
 	if p.TTL == 0 {
-		p.TTL = DefaultTTL
+		p.TTL = defaultTTL
 	}
 	if p.SoftTTL == 0 {
 		p.SoftTTL = p.TTL
@@ -433,7 +403,7 @@ func (p Policy) withDefaults() (Policy, error) {
 		p.Lifetime.MaxStaleIfError = p.StaleIfError
 	}
 	if p.Lifetime.Min == 0 {
-		p.Lifetime.Min = min(DefaultLifetimeMin, p.TTL)
+		p.Lifetime.Min = min(defaultLifetimeMin, p.TTL)
 	}
 	if p.Lifetime.Max == 0 {
 		p.Lifetime.Max = p.TTL
@@ -442,27 +412,27 @@ func (p Policy) withDefaults() (Policy, error) {
 		bad("Lifetime.Min %v is longer than Lifetime.Max %v", p.Lifetime.Min, p.Lifetime.Max)
 	}
 	if p.LoadErrorBackoff == 0 {
-		p.LoadErrorBackoff = DefaultLoadErrorBackoff
+		p.LoadErrorBackoff = defaultLoadErrorBackoff
 	}
 	if p.NegativeTTL == 0 {
-		p.NegativeTTL = DefaultNegativeTTL
+		p.NegativeTTL = defaultNegativeTTL
 	}
 	if p.LoadTimeout == 0 {
-		p.LoadTimeout = DefaultLoadTimeout
+		p.LoadTimeout = defaultLoadTimeout
 	}
 	switch {
-	case p.SlowLoadGrace == 0 && p.LoadTimeout <= DefaultSlowLoadGrace:
+	case p.SlowLoadGrace == 0 && p.LoadTimeout <= defaultSlowLoadGrace:
 		// A LoadTimeout this short bounds the wait already, and
 		// stale-if-error answers when it passes.
 		p.SlowLoadGrace = -1
 	case p.SlowLoadGrace == 0:
-		p.SlowLoadGrace = DefaultSlowLoadGrace
+		p.SlowLoadGrace = defaultSlowLoadGrace
 	case p.SlowLoadGrace >= p.LoadTimeout:
 		// The load would time out first, and stale-if-error answer then.
 		bad("SlowLoadGrace %v is not shorter than LoadTimeout %v (a negative value turns it off)", p.SlowLoadGrace, p.LoadTimeout)
 	}
 	if p.SlowReadGrace == 0 {
-		p.SlowReadGrace = DefaultSlowReadGrace
+		p.SlowReadGrace = defaultSlowReadGrace
 	}
 	if j := p.EarlyRefresh.Jitter; j < 0 || j >= 1 || math.IsNaN(j) {
 		bad("EarlyRefresh.Jitter %v is outside [0, 1)", j)
@@ -486,46 +456,43 @@ func (p Policy) withDefaults() (Policy, error) {
 		p.Lease.Poll = 10 * time.Millisecond
 	}
 	if p.Hot.MaxUnheard == 0 {
-		p.Hot.MaxUnheard = DefaultHotMaxUnheard
+		p.Hot.MaxUnheard = defaultHotMaxUnheard
 	}
 	if p.Hot.TTL == 0 {
-		p.Hot.TTL = DefaultHotTTL
+		p.Hot.TTL = defaultHotTTL
 	}
-	if p.Hot.Keys > HotDetected {
-		bad("Hot.Keys %d is unknown", p.Hot.Keys)
+	if math.IsNaN(p.Hot.Threshold) || math.IsInf(p.Hot.Threshold, 0) || p.Hot.HalfLife < 0 || p.Hot.TopK < 0 {
+		bad("Hot.Threshold %v is not finite, or Hot.HalfLife %v or Hot.TopK %d is negative", p.Hot.Threshold, p.Hot.HalfLife, p.Hot.TopK)
 	}
-	if p.Hot.Threshold < 0 || math.IsNaN(p.Hot.Threshold) || p.Hot.HalfLife < 0 || p.Hot.TopK < 0 {
-		bad("Hot.Threshold %v, Hot.HalfLife %v or Hot.TopK %d is negative", p.Hot.Threshold, p.Hot.HalfLife, p.Hot.TopK)
-	}
-	if p.Hot.Threshold == 0 {
-		p.Hot.Threshold = DefaultHotThreshold
+	if p.Hot.Threshold < 0 {
+		p.Hot.Threshold = -1
 	}
 	if p.Hot.HalfLife == 0 {
-		p.Hot.HalfLife = DefaultHotHalfLife
+		p.Hot.HalfLife = defaultHotHalfLife
 	}
 	if p.Hot.TopK == 0 {
-		p.Hot.TopK = DefaultHotTopK
+		p.Hot.TopK = defaultHotTopK
 	}
 	if p.Hot.MaxBytes < 0 {
-		bad("Hot.MaxBytes %d is negative", p.Hot.MaxBytes)
+		p.Hot.MaxBytes = -1
 	}
 	if p.Hot.MaxBytes == 0 {
-		p.Hot.MaxBytes = DefaultHotMaxBytes
+		p.Hot.MaxBytes = defaultHotMaxBytes
 	}
 	if p.LastKnownGoodBytes < 0 {
 		bad("LastKnownGoodBytes %d is negative", p.LastKnownGoodBytes)
 	}
 	if p.LastKnownGoodBytes == 0 && (p.StaleIfError > 0 || p.Lifetime.MaxStaleIfError > 0) {
-		p.LastKnownGoodBytes = DefaultLastKnownGoodBytes
+		p.LastKnownGoodBytes = defaultLastKnownGoodBytes
 	}
 	if p.MaxValueBytes < 0 || p.MaxKeyBytes < 0 {
 		bad("MaxValueBytes %d or MaxKeyBytes %d is negative", p.MaxValueBytes, p.MaxKeyBytes)
 	}
 	if p.MaxValueBytes == 0 {
-		p.MaxValueBytes = DefaultMaxValueBytes
+		p.MaxValueBytes = defaultMaxValueBytes
 	}
 	if p.MaxKeyBytes == 0 {
-		p.MaxKeyBytes = DefaultMaxKeyBytes
+		p.MaxKeyBytes = defaultMaxKeyBytes
 	}
 	if err := errors.Join(errs...); err != nil {
 		return p, fmt.Errorf("holdfast: invalid policy: %w", err)

@@ -64,7 +64,7 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 	}
 	if n.hot != nil {
 		now := n.now()
-		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.p.Hot.Keys == HotDetected && !n.sharedHotKey(key, now) {
+		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.hotDetected && !n.sharedHotKey(key, now) {
 			// The key has cooled: it leaves the hot tier now rather
 			// than at its hot TTL, which keeps the tier to the keys
 			// that are hot.
@@ -205,7 +205,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 			setErr(i, err)
 			continue
 		}
-		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.hot != nil && n.p.Hot.Keys == HotDetected && !n.sharedHotKey(key, now) {
+		if n.hotKeys != nil && n.hotKeys.Record(key, now) && n.hot != nil && n.hotDetected && !n.sharedHotKey(key, now) {
 			n.hot.Delete(key) // cooled; see Get
 		}
 		if _, seen := waits[key]; seen {

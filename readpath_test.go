@@ -132,7 +132,7 @@ func TestReadPathLoadErrorBackoff(t *testing.T) {
 	forEachReader(t, func(t *testing.T, r reader) {
 		clk := fakeclock.New(t0)
 		c := newCache(t, holdfast.Options{Clock: clk})
-		ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
+		ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 		mustRead(t, r, ns, "p1", &countingLoader{})
 		clk.Advance(2 * time.Second) // past hard
 		down := &countingLoader{err: errors.New("db down")}
@@ -153,7 +153,7 @@ func TestReadPathSmearsHotKeys(t *testing.T) {
 		clk := fakeclock.New(t0)
 		shared := inmem.New(clk.Now).Smearing(3)
 		c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-		ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Disabled: true, Threshold: 50, HalfLife: time.Second}})
+		ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1, Threshold: 50, HalfLife: time.Second}})
 		l := &countingLoader{}
 		for range 400 {
 			clk.Advance(2500 * time.Microsecond)
@@ -177,7 +177,7 @@ func TestReadPathStaleIfError(t *testing.T) {
 		clk := fakeclock.New(t0)
 		shared := inmem.New(clk.Now)
 		c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-		ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, LoadErrorBackoff: -1, Hot: holdfast.HotPolicy{Disabled: true}})
+		ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, LoadErrorBackoff: -1, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 		mustRead(t, r, ns, "s1", &countingLoader{})
 		down := &countingLoader{err: errors.New("db down")}
 		clk.Advance(3 * time.Second)
@@ -364,7 +364,7 @@ func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
 		opts.Clock = clk
 		c := newCache(t, opts)
 		ns := newNS(t, c, "product", holdfast.Policy{TTL: 2 * time.Second, SoftTTL: time.Second, StaleIfError: time.Minute,
-			LoadTimeout: loadTimeout, SlowLoadGrace: -1, Hot: holdfast.HotPolicy{Disabled: true}})
+			LoadTimeout: loadTimeout, SlowLoadGrace: -1, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 		if res := mustRead(t, r, ns, "p1", &countingLoader{}); res.LoadErr != nil {
 			t.Fatalf("a loaded answer carries LoadErr %v", res.LoadErr)
 		}
@@ -408,7 +408,7 @@ func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
 			staleBecause(t, res, err, context.DeadlineExceeded)
 		})
 		t.Run("limiter refusal", func(t *testing.T) {
-			c, ns := setup(t, r, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: holdfast.NoLoadWait}, 0)
+			c, ns := setup(t, r, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: -1}, 0)
 			holder := &countingLoader{gate: make(chan struct{})}
 			defer close(holder.gate)
 			go ns.Get(context.Background(), "other", holder)

@@ -349,7 +349,7 @@ func TestColdBurstWithDefaultsIsNotRejected(t *testing.T) {
 }
 
 func TestNoLoadLimit(t *testing.T) {
-	c := newCache(t, holdfast.Options{MaxConcurrentLoads: holdfast.NoLoadLimit})
+	c := newCache(t, holdfast.Options{MaxConcurrentLoads: -1})
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	gate := make(chan struct{})
 	l := &countingLoader{gate: gate}

@@ -227,7 +227,7 @@ func TestSlowSharedReadGetMany(t *testing.T) {
 // wide here (a busy machine under -race can pause a goroutine for
 // milliseconds); the lab's no-fault runs measure the default.
 func TestHealthySharedTierNeverAnswersFromMemory(t *testing.T) {
-	ns, _, _, _ := slowReadNS(t, holdfast.Policy{SlowReadGrace: 200 * time.Millisecond, Hot: holdfast.HotPolicy{Disabled: true}})
+	ns, _, _, _ := slowReadNS(t, holdfast.Policy{SlowReadGrace: 200 * time.Millisecond, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	l := &countingLoader{}
 	for i := range 2000 {
 		mustGet(t, ns, []string{"k", "j"}[i%2], l)

@@ -123,7 +123,7 @@ func (n *Namespace) keepAsFallback(f *flight, key string, m *meta) {
 
 // admitHot reports whether key may enter the hot tier now.
 func (n *Namespace) admitHot(key string, now int64) bool {
-	if n.p.Hot.Keys == HotDetected && !n.isHot(key, now) {
+	if n.hotDetected && !n.isHot(key, now) {
 		return false
 	}
 	return n.p.Hot.Admit == nil || n.p.Hot.Admit(key)

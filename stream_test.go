@@ -49,7 +49,7 @@ func (s *source) fail(err error) {
 }
 
 // hotEverywhere keeps every key read in the hot tier, for an hour.
-var hotEverywhere = holdfast.Policy{TTL: time.Hour, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Keys: holdfast.HotAll, TTL: time.Hour}}
+var hotEverywhere = holdfast.Policy{TTL: time.Hour, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Threshold: -1, TTL: time.Hour}}
 
 func TestInvalidationHeardByEveryProcess(t *testing.T) {
 	shared := inmem.New(nil)
@@ -166,7 +166,7 @@ func TestInvalidationHeardDemotesLastKnownGood(t *testing.T) {
 	shared := inmem.New(nil)
 	src := &source{}
 	p := hotEverywhere
-	p.Hot.Disabled = true
+	p.Hot.MaxBytes = -1 // no hot tier
 	a := newListeningNS(t, holdfast.Options{Shared: shared}, p)
 	b := newListeningNS(t, holdfast.Options{Shared: shared}, p)
 	for _, k := range []string{"p1", "p2"} {
@@ -236,7 +236,7 @@ func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)
 	src := &source{}
-	p := holdfast.Policy{TTL: time.Second, StaleIfError: 10 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}}
+	p := holdfast.Policy{TTL: time.Second, StaleIfError: 10 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	a := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
 	b := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
 	mustGet(t, b, "p1", src)

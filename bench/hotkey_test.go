@@ -40,10 +40,10 @@ func BenchmarkHotKeyRecord(b *testing.B) {
 }
 
 // BenchmarkGetHitDetected is BenchmarkGetHit's holdfast case with hot-key
-// detection on (Hot.Keys = HotDetected): what detection adds to a hit. Every
+// detection on (a positive Hot.Threshold): what detection adds to a hit. Every
 // key is read until it is hot; every timed read must be a hot-tier hit.
 func BenchmarkGetHitDetected(b *testing.B) {
 	benchHits(b, func() (hitReader, func()) {
-		return newHoldfastReader(holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Keys: holdfast.HotDetected, Threshold: 1}}, 200)
+		return newHoldfastReader(holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Threshold: 1}}, 200)
 	})
 }

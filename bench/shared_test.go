@@ -69,7 +69,7 @@ func newHoldfastShared(tb testing.TB, addr string) holdfastShared {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = c.Close() })
-	ns, err := c.Namespace("product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Disabled: true}})
+	ns, err := c.Namespace("product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	if err != nil {
 		tb.Fatal(err)
 	}

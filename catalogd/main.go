@@ -332,7 +332,8 @@ func (m *Main) Run(ctx context.Context) error {
 		if err := m.tier.WaitConnected(wctx); err != nil {
 			log.Warn("Redis not connected yet; serving from in-process tiers and the database, connecting in the background", "addrs", addrs)
 		} else {
-			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", cmp.Or(hotTTL, holdfast.DefaultHotTTL),
+			// A zero hot TTL is holdfast's default Hot.TTL, a minute.
+			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", cmp.Or(hotTTL, time.Minute),
 				"tls", tlsConfig != nil, "auth", c.RedisPassword != "")
 		}
 		cancel()

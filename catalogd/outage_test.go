@@ -93,7 +93,7 @@ func newOutageRig(t *testing.T, srv *redistest.Server, load holdfast.LoaderFunc)
 		t.Fatal(err)
 	}
 	// Every read goes to the shared tier: the hot tier would answer most.
-	r.ns, err = c.Namespace("product", holdfast.Policy{TTL: time.Minute, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Disabled: true}})
+	r.ns, err = c.Namespace("product", holdfast.Policy{TTL: time.Minute, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

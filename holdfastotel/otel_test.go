@@ -71,7 +71,7 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 	c := newCache(t, o)
 	p := holdfast.Policy{TTL: time.Minute, SoftTTL: 200 * time.Millisecond, StaleIfError: time.Minute,
 		Lease: holdfast.LeasePolicy{Enabled: true, Poll: 5 * time.Millisecond},
-		Hot:   holdfast.HotPolicy{Keys: holdfast.HotAll}}
+		Hot:   holdfast.HotPolicy{Threshold: -1}}
 	ns := namespace(t, c, "product", p)
 	var calls atomic.Int64
 	ok := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {

@@ -201,7 +201,7 @@ func authCache(t *testing.T, shared tier.Tier) *holdfast.Namespace {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	ns, err := c.Namespace("auth", holdfast.Policy{TTL: time.Minute, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
+	ns, err := c.Namespace("auth", holdfast.Policy{TTL: time.Minute, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

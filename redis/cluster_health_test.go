@@ -289,7 +289,7 @@ func cacheOver(t *testing.T, tr *Tier) (*holdfast.Namespace, holdfast.Loader, *a
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	ns, err := c.Namespace("nf", holdfast.Policy{TTL: 5 * time.Minute, StaleIfError: 5 * time.Minute, Hot: holdfast.HotPolicy{Disabled: true}})
+	ns, err := c.Namespace("nf", holdfast.Policy{TTL: 5 * time.Minute, StaleIfError: 5 * time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

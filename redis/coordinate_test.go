@@ -141,7 +141,7 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 				o := Options{Addrs: []string{srv.Addr()}, ReadBudget: time.Second, WriteTimeout: 2 * time.Second}
 				// No answers from memory: the hits' own latency is
 				// what is measured.
-				nss[i] = newCacheOn(t, o, holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: leases}, SlowReadGrace: -1, Hot: holdfast.HotPolicy{Disabled: true}}, nil)
+				nss[i] = newCacheOn(t, o, holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: leases}, SlowReadGrace: -1, Hot: holdfast.HotPolicy{MaxBytes: -1}}, nil)
 			}
 			warm := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("w"), nil })
 			if _, err := nss[0].Get(context.Background(), "warm", warm); err != nil {
@@ -315,8 +315,8 @@ func staleSetRace(t *testing.T, wrap func(tier.Tier) tier.Tier) {
 	if testing.Short() {
 		rounds = 200
 	}
-	loaderNS := newCacheWrapped(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}}, wrap)
-	writerNS := newCache(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}})
+	loaderNS := newCacheWrapped(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}}, wrap)
+	writerNS := newCache(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	raw := rawClient(t, srv.Addr())
 	ctx := context.Background()
 	var db atomic.Int64 // the source of truth: the current version of the row
@@ -370,7 +370,7 @@ func staleSetRace(t *testing.T, wrap func(tier.Tier) tier.Tier) {
 // old value from Redis, and the queued delete lands.
 func TestInvalidateWhileFrozen(t *testing.T) {
 	srv := redistest.Standalone(t)
-	ns := newCache(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}})
+	ns := newCache(t, []string{srv.Addr()}, holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	raw := rawClient(t, srv.Addr())
 	ctx := context.Background()
 	var version atomic.Int64
@@ -413,7 +413,7 @@ func TestInvalidateWhileFrozen(t *testing.T) {
 // Redis, with no error, in a process that never saw them.
 func TestStaleFromRedisWhenTheDatabaseIsDown(t *testing.T) {
 	srv := redistest.Standalone(t)
-	p := holdfast.Policy{TTL: 200 * time.Millisecond, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{Disabled: true}}
+	p := holdfast.Policy{TTL: 200 * time.Millisecond, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	writer := newCache(t, []string{srv.Addr()}, p)
 	reader := newCache(t, []string{srv.Addr()}, p)
 	ok := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) { return []byte("v:" + key), nil })

@@ -62,7 +62,7 @@ func newWriter(t *testing.T, name string, cl *redistest.RedisCluster, o Options,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if w.ns, err = c.Namespace("product", holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}}); err != nil {
+	if w.ns, err = c.Namespace("product", holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}}); err != nil {
 		t.Fatal(err)
 	}
 	w.version.Store(1)

@@ -430,8 +430,8 @@ func figureTest(t *testing.T, scenario string, fail, heal func(*redistest.Server
 	cfg, size := figure()
 	systems := []*figureSystem{
 		newHoldfastSystem(t, "holdfast", cfg, holdfast.HotPolicy{}),
-		newHoldfastSystem(t, "holdfast hot-all", cfg, holdfast.HotPolicy{Keys: holdfast.HotAll}),
-		newHoldfastSystem(t, "holdfast hot-off", cfg, holdfast.HotPolicy{Disabled: true}),
+		newHoldfastSystem(t, "holdfast hot-all", cfg, holdfast.HotPolicy{Threshold: -1}),
+		newHoldfastSystem(t, "holdfast hot-off", cfg, holdfast.HotPolicy{MaxBytes: -1}),
 		newNaiveSystem(t, cfg),
 	}
 	samples, failAt, recoverAt := runFigure(t, cfg, systems, fail, heal)

@@ -28,7 +28,7 @@ func TestLazyStartsWithRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ns, _ := c.Namespace("product", holdfast.Policy{Hot: holdfast.HotPolicy{Disabled: true}, StaleIfError: time.Minute})
+	ns, _ := c.Namespace("product", holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}, StaleIfError: time.Minute})
 	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
 	ctx := context.Background()
 	if _, _, err := l.Get(ctx, "k"); !errors.Is(err, tier.ErrBypassed) {

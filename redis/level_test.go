@@ -27,7 +27,7 @@ func newLevelProcess(t *testing.T, addrs []string, levelAbove float64) levelProc
 	tr := newTier(t, Options{Addrs: addrs, KeyPrefix: "lv:", ReadBudget: 500 * time.Millisecond,
 		Cluster: ClusterOptions{LevelAbove: levelAbove}})
 	_, ns := newProcess(t, holdfast.Options{Shared: tr, Logger: quiet},
-		holdfast.Policy{TTL: 10 * time.Minute, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Disabled: true}})
+		holdfast.Policy{TTL: 10 * time.Minute, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	return levelProcess{tr, ns}
 }
 

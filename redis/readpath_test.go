@@ -239,7 +239,7 @@ func eventually(t *testing.T, d time.Duration, cond func() bool) {
 // policyLKG keeps values 30 s past hard for stale-if-error, so that the
 // last-known-good store holds them, with the hot tier off so every read
 // reaches the shared tier.
-var policyLKG = holdfast.Policy{TTL: time.Minute, StaleIfError: 30 * time.Second, Hot: holdfast.HotPolicy{Disabled: true}}
+var policyLKG = holdfast.Policy{TTL: time.Minute, StaleIfError: 30 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 
 // TestReadPathKilledMidLoad: Redis is SIGKILLed while a load is in flight
 // and 16 readers wait on it. Each gets the loaded value, none an error, and
@@ -393,7 +393,9 @@ func TestReadPathFailDuringPut(t *testing.T) {
 			for _, hot := range []bool{true, false} {
 				t.Run(fmt.Sprintf("hot=%v", hot), func(t *testing.T) {
 					p := policyLKG
-					p.Hot.Disabled = !hot
+					if !hot {
+						p.Hot.MaxBytes = -1 // no hot tier
+					}
 					rp := newReadPath(t, redis.Options{Breaker: quickBreaker}, holdfast.Options{}, p)
 					failDuringPut(t, rp, func() { tc.fail(rp.srv) })
 				})
@@ -667,8 +669,8 @@ func TestReadPathCorruptBytes(t *testing.T) {
 // Neither is an error for the reader.
 func TestReadPathOversizedRefused(t *testing.T) {
 	p := policyLKG
-	p.Hot.Disabled = false // so the tier-refused value is still cached in process
-	p.Hot.Keys = holdfast.HotAll
+	p.Hot.MaxBytes = 0   // a hot tier, so the tier-refused value is still cached in process
+	p.Hot.Threshold = -1 // of every key
 	p.MaxValueBytes = 4 << 10
 	rp := newReadPath(t, redis.Options{MaxStoredBytes: 1 << 10}, holdfast.Options{}, p)
 	// Hot copies loaded before the stream is first heard are checked

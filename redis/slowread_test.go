@@ -35,7 +35,7 @@ const fast = slowReadBudget / 4
 
 func TestSlowReadFrozenRedis(t *testing.T) {
 	rp := newReadPath(t, redis.Options{ReadBudget: slowReadBudget, Breaker: quickBreaker}, holdfast.Options{},
-		holdfast.Policy{TTL: time.Minute, SlowReadGrace: healthyGrace, Hot: holdfast.HotPolicy{Disabled: true}})
+		holdfast.Policy{TTL: time.Minute, SlowReadGrace: healthyGrace, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rp.srv.Addr()}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)

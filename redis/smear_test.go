@@ -222,7 +222,7 @@ func TestClusterSmearing(t *testing.T) {
 	src.update("viral")
 
 	// reader keeps no hot tier, so that every read reaches Redis.
-	rtr, reader := smearCache(t, addrs, holdfast.HotPolicy{Disabled: true, Threshold: 20, HalfLife: time.Second})
+	rtr, reader := smearCache(t, addrs, holdfast.HotPolicy{MaxBytes: -1, Threshold: 20, HalfLife: time.Second})
 	// local has the hot tier, hot keys only (the default with Redis).
 	ltr, local := smearCache(t, addrs, holdfast.HotPolicy{Threshold: 20, HalfLife: time.Second})
 	// other never reads the key: it only invalidates.

@@ -39,7 +39,7 @@ func (s *versionedSource) update(key string) string {
 
 // hotPolicy keeps every key read in the hot tier for an hour: only the
 // stream can make a process drop its copy.
-var hotPolicy = holdfast.Policy{TTL: time.Hour, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Keys: holdfast.HotAll, TTL: time.Hour, MaxUnheard: time.Minute}}
+var hotPolicy = holdfast.Policy{TTL: time.Hour, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Threshold: -1, TTL: time.Hour, MaxUnheard: time.Minute}}
 
 // newListeningCache is a Cache on a Tier of its own ("a process") whose
 // stream has been heard.

@@ -610,7 +610,7 @@ func TestDefaultStoredBytesTakeTheDefaultValue(t *testing.T) {
 	srv := redistest.Standalone(t)
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
 	ctx := context.Background()
-	fits := make([]byte, holdfast.DefaultMaxValueBytes+tier.HeaderSize)
+	fits := make([]byte, 1<<20+tier.HeaderSize) // holdfast's default Policy.MaxValueBytes, and the header
 	if err := tr.Set(ctx, tier.Item{Key: "ns:fits", Value: fits, TTL: time.Minute}); err != nil {
 		t.Fatalf("a default-size value in its envelope was refused: %v", err)
 	}

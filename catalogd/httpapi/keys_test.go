@@ -12,8 +12,17 @@ import (
 // cache's default key limit, so that input within the documented limits is
 // never refused for its key.
 func TestKeyLimitsAreConsistent(t *testing.T) {
-	if maxListKeyBytes > holdfast.DefaultMaxKeyBytes || maxSearchKeyBytes > holdfast.DefaultMaxKeyBytes {
-		t.Errorf("longest keys: list %d, search %d bytes; the cache's limit is %d", maxListKeyBytes, maxSearchKeyBytes, holdfast.DefaultMaxKeyBytes)
+	c, err := holdfast.New(holdfast.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns, err := c.Namespace("keys", holdfast.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := ns.Policy().MaxKeyBytes; maxListKeyBytes > limit || maxSearchKeyBytes > limit {
+		t.Errorf("longest keys: list %d, search %d bytes; the cache's limit is %d", maxListKeyBytes, maxSearchKeyBytes, limit)
 	}
 	for _, cat := range []string{strings.Repeat("{", catalog.MaxCategoryLen), strings.Repeat("\U0010FFFF", catalog.MaxCategoryLen)} {
 		if n := len(listKey(catalog.ListQuery{Category: cat, Page: catalog.MaxPage, Size: catalog.MaxPageSize, Sort: catalog.SortUpdated})); n > maxListKeyBytes {

@@ -67,7 +67,7 @@ type Capabilities struct {
 }
 
 // DefaultMaxValueBytes is the largest value a Cache of the default policy
-// writes: holdfast.DefaultMaxValueBytes (1 MiB) of payload and the
+// writes: holdfast's default Policy.MaxValueBytes (1 MiB) of payload and the
 // envelope's header. (The package does not import holdfast, whose internal
 // tests run this suite.)
 const DefaultMaxValueBytes = 1<<20 + tier.HeaderSize

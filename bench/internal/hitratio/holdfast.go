@@ -39,7 +39,7 @@ func newHoldfast(size Size, valueBytes int) (Cache, error) {
 	ns, err := c.Namespace("hitratio", holdfast.Policy{
 		TTL:              replayTTL,
 		LoadErrorBackoff: -1, // no store of failed keys: no load fails here
-		Hot:              holdfast.HotPolicy{TTL: replayTTL, MaxBytes: size.Bytes, Keys: holdfast.HotAll},
+		Hot:              holdfast.HotPolicy{TTL: replayTTL, MaxBytes: size.Bytes, Threshold: -1},
 	})
 	if err != nil {
 		c.Close()

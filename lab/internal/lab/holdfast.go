@@ -77,9 +77,9 @@ func newHoldfastReader(cfg ReaderConfig, tier tier.Tier) (*holdfastReader, error
 	if soft <= 0 {
 		soft = time.Duration(float64(cfg.TTL) * 0.8)
 	}
-	hot := holdfast.HotPolicy{Disabled: cfg.HotDisabled, Share: cfg.HotShare, NoWarmStart: cfg.NoWarmStart}
-	if cfg.HotThreshold > 0 {
-		hot.Keys, hot.Threshold = holdfast.HotDetected, cfg.HotThreshold
+	hot := holdfast.HotPolicy{Threshold: cfg.HotThreshold, Share: cfg.HotShare, NoWarmStart: cfg.NoWarmStart}
+	if cfg.HotDisabled {
+		hot.MaxBytes = -1
 	}
 	ns, err := c.Namespace("lab", holdfast.Policy{
 		TTL:                cfg.TTL,

@@ -44,15 +44,15 @@ import (
 // once in the reader's own process, as a database in front of each pod
 // would.
 //
-// holdfast: Hot.Keys = HotDetected at 2 reads a second per process, not the
+// holdfast: Hot.Threshold at 2 reads a second per process, not the
 // library's 1,000 a minute: a reader reads 500 times a second, so the 10th
 // most popular key about 7 times a second and the 30th about 2, and the
 // default would keep only the top 4 or 5 keys hot. At 2, about the 30 most
 // popular keys are hot in every reader, the 10 updated ones at 3.6 times
 // the threshold or more, so they are admitted again within a half-life
-// after each invalidation. HotAll is not used: it would hold all 1,000 keys
-// and so measure a configuration the library does not default to with a
-// shared tier. Values live 5 minutes, so that during the run a value
+// after each invalidation. Every key (a negative Threshold) is not used: it
+// would hold all 1,000 keys and so measure a configuration the library does
+// not default to with a shared tier. Values live 5 minutes, so that during the run a value
 // changes only by an invalidation.
 //
 // naive: the two-level cache services commonly run (LocalTTL): a local map
@@ -149,7 +149,7 @@ const (
 func updatePropagation(o Options) Plan {
 	d := o.length(propDuration)
 	before, freeze := propagationWindows(d)
-	maxUnheard := holdfast.DefaultHotMaxUnheard
+	maxUnheard := 15 * time.Second // holdfast's default Hot.MaxUnheard
 	p := map[string]any{
 		"reader_processes": propReaders, "writer_processes": 1,
 		"process_start": "the lab's executable in child mode, one per reader; the writer is the lab's process",
@@ -173,7 +173,7 @@ func updatePropagation(o Options) Plan {
 		"naive_redis_client": "rueidis cluster client, no client-side cache, no retries",
 		"naive_local_ttl_s":  propLocalTTL.Seconds(),
 		"naive_config":       "a local map whose entries live naive_local_ttl_s in front of cache-aside over Redis; the writer deletes the key from Redis",
-		"holdfast_config":    fmt.Sprintf("library defaults with Hot.Keys = HotDetected at %g reads/s per process; soft TTL 0.8×TTL; Hot.MaxUnheard %v; Redis tier defaults (invalidation stream, %v heartbeat)", propHotThreshold, maxUnheard, 100*time.Millisecond),
+		"holdfast_config":    fmt.Sprintf("library defaults with Hot.Threshold at %g reads/s per process; soft TTL 0.8×TTL; Hot.MaxUnheard %v; Redis tier defaults (invalidation stream, %v heartbeat)", propHotThreshold, maxUnheard, 100*time.Millisecond),
 	}
 	run := func(ctx context.Context, o Options, m Mode) (ModeResult, error) {
 		r := &propRun{d: d, before: before, freeze: freeze, maxUnheard: maxUnheard}

@@ -55,8 +55,7 @@ type ReaderConfig struct {
 	// naive mode has no hot tier either way.
 	HotDisabled bool
 	// HotThreshold, when positive, makes holdfast's hot tier admit the keys
-	// read at least this many times a second in the process (Hot.Keys =
-	// HotDetected with this Threshold) instead of the library's default.
+	// read at least this many times a second in the process (Hot.Threshold) instead of the library's default.
 	HotThreshold float64
 	// HotShare makes holdfast's namespace exchange the keys it finds hot
 	// with the other processes through Redis (Hot.Share, every
