@@ -39,11 +39,11 @@ func TestTierDownPastSoftIsStale(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
 	ns := newNS(t, c, "product", holdfast.Policy{SoftTTL: time.Second, TTL: 10 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowReadGrace: time.Second})
 	l := &countingLoader{}
-	mustGet(t, ns, "p1", l)
+	mustGet(t, ns, "p1", l.Load)
 	settle(t, ns, "p1")
 	shared.Fail(inmem.ErrInjected)
 	clk.Advance(2 * time.Second)
-	if res := mustGet(t, ns, "p1", l); !answered(res, holdfast.SourceMemory, holdfast.ReasonTierDown, true) || string(res.Value) != "v1:p1" {
+	if res := mustGet(t, ns, "p1", l.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonTierDown, true) || string(res.Value) != "v1:p1" {
 		t.Fatalf("%q from %v for %v (stale %v); want v1:p1 from memory, tier down, stale", res.Value, res.Source, res.Reason, res.Stale())
 	}
 }

@@ -70,7 +70,7 @@ func TestLoadErrorBackoffGrowsDuringAnOutage(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: 40 * time.Second, SlowLoadGrace: -1})
 	src := &flakySource{clk: clk}
 	ctx := context.Background()
-	mustGet(t, ns, "p1", src)
+	mustGet(t, ns, "p1", src.Load)
 	clk.Advance(61 * time.Second) // past hard (the default TTL, 1 min)
 	staleUntil := t0.Add(100 * time.Second)
 
@@ -78,7 +78,7 @@ func TestLoadErrorBackoffGrowsDuringAnOutage(t *testing.T) {
 	outage := clk.Now()
 	var stale, failed int
 	for clk.Now().Before(outage.Add(100 * time.Second)) {
-		res, err := ns.Get(ctx, "p1", src)
+		res, err := ns.Get(ctx, "p1", src.Load)
 		if clk.Now().Before(staleUntil) {
 			if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v1:p1" {
 				t.Fatalf("at %v, within stale-if-error: %q from %v, %v", clk.Now().Sub(outage), res.Value, res.Source, err)
@@ -111,7 +111,7 @@ func TestLoadErrorBackoffGrowsDuringAnOutage(t *testing.T) {
 	src.down.Store(false)
 	due := calls[len(calls)-1].Add(backoffStep(len(calls) - 1))
 	for {
-		res, err := ns.Get(ctx, "p1", src)
+		res, err := ns.Get(ctx, "p1", src.Load)
 		if err == nil && res.Source == holdfast.SourceLoaded {
 			settle(t, ns, "p1")
 			break
@@ -124,7 +124,7 @@ func TestLoadErrorBackoffGrowsDuringAnOutage(t *testing.T) {
 		}
 		clk.Advance(time.Second / readsPerSecond)
 	}
-	if res := mustGet(t, ns, "p1", src); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, ns, "p1", src.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("after the recovery: served from %v, want the hot tier", res.Source)
 	}
 
@@ -136,7 +136,7 @@ func TestLoadErrorBackoffGrowsDuringAnOutage(t *testing.T) {
 	}
 	again := clk.Now()
 	for clk.Now().Before(again.Add(2 * time.Second)) {
-		if _, err := ns.Get(ctx, "p1", src); !errors.Is(err, errSourceDown) {
+		if _, err := ns.Get(ctx, "p1", src.Load); !errors.Is(err, errSourceDown) {
 			t.Fatalf("with the source down again: err %v, want the load's", err)
 		}
 		clk.Advance(time.Second / readsPerSecond)
@@ -166,7 +166,7 @@ func TestLoadErrorBackoffJittered(t *testing.T) {
 	start := clk.Now()
 	for clk.Now().Before(start.Add(30 * time.Second)) {
 		for i, ns := range nss {
-			if _, err := ns.Get(ctx, "p1", srcs[i]); !errors.Is(err, errSourceDown) {
+			if _, err := ns.Get(ctx, "p1", srcs[i].Load); !errors.Is(err, errSourceDown) {
 				t.Fatalf("err %v, want the load's", err)
 			}
 		}
@@ -194,7 +194,7 @@ func TestLoadErrorBackoffCappedByTTL(t *testing.T) {
 	src.down.Store(true)
 	start := clk.Now()
 	for clk.Now().Before(start.Add(30 * time.Second)) {
-		if _, err := ns.Get(context.Background(), "s1", src); !errors.Is(err, errSourceDown) {
+		if _, err := ns.Get(context.Background(), "s1", src.Load); !errors.Is(err, errSourceDown) {
 			t.Fatalf("err %v, want the load's", err)
 		}
 		clk.Advance(time.Second / readsPerSecond)

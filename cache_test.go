@@ -108,7 +108,7 @@ func TestTenThousandMissesOneLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := ns.Get(context.Background(), "p1", l)
+			res, err := ns.Get(context.Background(), "p1", l.Load)
 			if err != nil || string(res.Value) != "v1:p1" {
 				wrong.Add(1)
 			}
@@ -135,16 +135,16 @@ func TestWaiterLeavesOnItsOwnContext(t *testing.T) {
 	// The leader's context is cancelled too: the load is detached from it.
 	leaderCtx, cancelLeader := context.WithCancel(context.Background())
 	leaderErr := make(chan error, 1)
-	go func() { _, err := ns.Get(leaderCtx, "k", l); leaderErr <- err }()
+	go func() { _, err := ns.Get(leaderCtx, "k", l.Load); leaderErr <- err }()
 	eventually(t, "the load to start", func() bool { return l.calls.Load() == 1 })
 
 	other := make(chan holdfast.Result, 1)
-	go func() { res, _ := ns.Get(context.Background(), "k", l); other <- res }()
+	go func() { res, _ := ns.Get(context.Background(), "k", l.Load); other <- res }()
 	eventually(t, "the second reader to join", func() bool { return ns.Stats().Get("coalesced") == 1 })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	leaving := make(chan error, 1)
-	go func() { _, err := ns.Get(ctx, "k", l); leaving <- err }()
+	go func() { _, err := ns.Get(ctx, "k", l.Load); leaving <- err }()
 	eventually(t, "the third reader to join", func() bool { return ns.Stats().Get("coalesced") == 2 })
 	cancel()
 	cancelLeader()
@@ -175,11 +175,11 @@ func TestLoaderPanicBecomesErrorForEveryWaiter(t *testing.T) {
 	gate := make(chan struct{})
 	var calls atomic.Int64
 	boom := errors.New("boom")
-	panicky := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	panicky := func(ctx context.Context, key string) ([]byte, error) {
 		calls.Add(1)
 		<-gate
 		panic(boom)
-	})
+	}
 	const n = 8
 	errs := make(chan error, n)
 	for range n {
@@ -198,7 +198,7 @@ func TestLoaderPanicBecomesErrorForEveryWaiter(t *testing.T) {
 		t.Fatalf("loader calls = %d, want 1", calls.Load())
 	}
 	// The flight ended with the panic: the next read loads again.
-	if res := mustGet(t, ns, "k", &countingLoader{}); string(res.Value) != "v1:k" {
+	if res := mustGet(t, ns, "k", ((&countingLoader{}).Load)); string(res.Value) != "v1:k" {
 		t.Fatalf("after a panic: got %q", res.Value)
 	}
 }
@@ -207,7 +207,7 @@ func TestLoadTimeoutBoundsTheLoad(t *testing.T) {
 	c := newCache(t, holdfast.Options{})
 	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: 50 * time.Millisecond})
 	l := &countingLoader{gate: make(chan struct{})} // never opened: only the deadline ends it
-	_, err := ns.Get(context.Background(), "k", l)
+	_, err := ns.Get(context.Background(), "k", l.Load)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want DeadlineExceeded", err)
 	}
@@ -220,7 +220,7 @@ func TestLoaderErrorsAreNotCachedWithoutBackoff(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{LoadErrorBackoff: -1})
 	bad := &countingLoader{err: errors.New("db down")}
 	for i := 1; i <= 3; i++ {
-		if _, err := ns.Get(context.Background(), "k", bad); err == nil || !errors.Is(err, bad.err) {
+		if _, err := ns.Get(context.Background(), "k", bad.Load); err == nil || !errors.Is(err, bad.err) {
 			t.Fatalf("read %d: err = %v, want the loader's error", i, err)
 		}
 	}
@@ -241,7 +241,7 @@ func TestReadersDoNotWaitForTheSharedWrite(t *testing.T) {
 	l := &countingLoader{}
 	start := time.Now()
 	for range 5 {
-		if res, err := ns.Get(context.Background(), "p1", l); err != nil || string(res.Value) != "v1:p1" {
+		if res, err := ns.Get(context.Background(), "p1", l.Load); err != nil || string(res.Value) != "v1:p1" {
 			t.Fatalf("got %q, %v; want v1:p1", res.Value, err)
 		}
 	}
@@ -261,7 +261,7 @@ func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
 	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: time.Second, TTL: 5 * time.Second})
 	l := &countingLoader{}
-	if res := mustGet(t, ns, "s1", l); res.Source != holdfast.SourceLoaded {
+	if res := mustGet(t, ns, "s1", l.Load); res.Source != holdfast.SourceLoaded {
 		t.Fatalf("first read: source %v, want loaded", res.Source)
 	}
 	clk.Advance(2 * time.Second) // past soft, before hard
@@ -272,7 +272,7 @@ func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := ns.Get(context.Background(), "s1", l)
+			res, err := ns.Get(context.Background(), "s1", l.Load)
 			if err != nil || string(res.Value) != "v1:s1" || !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 				t.Errorf("stale read: %q %v %v, want v1:s1 from stale", res.Value, res.Source, err)
 			}
@@ -287,7 +287,7 @@ func TestSoftExpiryServesStaleAndRefreshesOnce(t *testing.T) {
 	}
 	close(l.gate)
 	eventually(t, "the refresh to store", func() bool {
-		res, err := ns.Get(context.Background(), "s1", l)
+		res, err := ns.Get(context.Background(), "s1", l.Load)
 		return err == nil && string(res.Value) == "v2:s1"
 	})
 	if got := l.calls.Load(); got != 2 {
@@ -303,17 +303,17 @@ func TestRejectedRefreshKeepsStaleUntilHardThenOverloaded(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: inmem.New(clk.Now), Clock: clk, MaxConcurrentLoads: 1})
 	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: time.Second, TTL: 5 * time.Second})
 	l := &countingLoader{}
-	mustGet(t, ns, "s1", l)
+	mustGet(t, ns, "s1", l.Load)
 
 	// Another key's load holds the only slot.
 	blocker := &countingLoader{gate: make(chan struct{})}
-	go ns.Get(context.Background(), "other", blocker)
+	go ns.Get(context.Background(), "other", blocker.Load)
 	eventually(t, "the blocking load", func() bool { return blocker.calls.Load() == 1 })
 	defer close(blocker.gate)
 
 	clk.Advance(2 * time.Second)
 	for range 3 {
-		res := mustGet(t, ns, "s1", l)
+		res := mustGet(t, ns, "s1", l.Load)
 		if string(res.Value) != "v1:s1" || !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 			t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
 		}
@@ -323,7 +323,7 @@ func TestRejectedRefreshKeepsStaleUntilHardThenOverloaded(t *testing.T) {
 		t.Fatalf("%d rejected reads while only refreshes were rejected", st.Get("load.rejected"))
 	}
 	clk.Advance(3 * time.Second) // at hard
-	_, err := ns.Get(context.Background(), "s1", l)
+	_, err := ns.Get(context.Background(), "s1", l.Load)
 	if !errors.Is(err, holdfast.ErrOverloaded) {
 		t.Fatalf("past hard with the limiter full: err = %v, want ErrOverloaded", err)
 	}
@@ -351,7 +351,7 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	shared.Put("stock:s1", tier.AppendEntry(nil, tier.Entry{
 		Value: []byte("old"), Origin: origin, Soft: origin.Add(time.Second), Hard: origin.Add(time.Second),
 	}), time.Minute)
-	if res := mustGet(t, ns, "s1", &countingLoader{}); res.Source != holdfast.SourceShared {
+	if res := mustGet(t, ns, "s1", ((&countingLoader{}).Load)); res.Source != holdfast.SourceShared {
 		t.Fatalf("source %v, want shared", res.Source)
 	}
 
@@ -360,7 +360,7 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	// The window ends at origin + TTL + StaleIfError = t0 + 5.5 s; counted
 	// from entry into memory it would end at t0 + 6 s.
 	clk.Advance(5300 * time.Millisecond)
-	res, err := ns.Get(context.Background(), "s1", down)
+	res, err := ns.Get(context.Background(), "s1", down.Load)
 	if err != nil || string(res.Value) != "old" || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) {
 		t.Fatalf("inside the window: %q from %v, err %v; want old, stale-on-error", res.Value, res.Source, err)
 	}
@@ -368,7 +368,7 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 		t.Fatalf("age = %v, want 5.8s counted from origin", age)
 	}
 	clk.Advance(400 * time.Millisecond) // t0 + 5.7 s
-	if _, err := ns.Get(context.Background(), "s1", down); err == nil || !errors.Is(err, down.err) {
+	if _, err := ns.Get(context.Background(), "s1", down.Load); err == nil || !errors.Is(err, down.err) {
 		t.Fatalf("past the window: err = %v, want the loader's error", err)
 	}
 }
@@ -388,12 +388,12 @@ func TestLastKnownGoodKeepsTheNewestLoad(t *testing.T) {
 	}
 	older, newer := t0.Add(-900*time.Millisecond), t0.Add(-100*time.Millisecond)
 	shared.Put("stock:s1", entry("newer", newer), time.Minute)
-	if res := mustGet(t, ns, "s1", &countingLoader{}); string(res.Value) != "newer" {
+	if res := mustGet(t, ns, "s1", ((&countingLoader{}).Load)); string(res.Value) != "newer" {
 		t.Fatalf("first read: %q from %v, want newer", res.Value, res.Source)
 	}
 	// The tier now answers the older load, still within its hard time.
 	shared.Put("stock:s1", entry("older", older), time.Minute)
-	if res := mustGet(t, ns, "s1", &countingLoader{}); string(res.Value) != "older" {
+	if res := mustGet(t, ns, "s1", ((&countingLoader{}).Load)); string(res.Value) != "older" {
 		t.Fatalf("second read: %q from %v, want older", res.Value, res.Source)
 	}
 
@@ -402,7 +402,7 @@ func TestLastKnownGoodKeepsTheNewestLoad(t *testing.T) {
 	// t0 + 5.3 s: the older load's window (origin + TTL + StaleIfError)
 	// ended at t0 + 5.1 s; the newer one's runs until t0 + 5.9 s.
 	clk.Advance(5300 * time.Millisecond)
-	res, err := ns.Get(context.Background(), "s1", down)
+	res, err := ns.Get(context.Background(), "s1", down.Load)
 	if err != nil || string(res.Value) != "newer" || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) {
 		t.Fatalf("shared tier and source down: %q from %v, err %v; want newer, stale-on-error", res.Value, res.Source, err)
 	}
@@ -418,12 +418,12 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	// answer from memory as a slow read: the same value, another Source.
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowReadGrace: time.Second})
 	l := &countingLoader{}
-	mustGet(t, ns, "p1", l)
+	mustGet(t, ns, "p1", l.Load)
 	settle(t, ns, "p1")
 	shared.Fail(inmem.ErrInjected)
 	clk.Advance(5 * time.Second)
 	for range 100 {
-		res := mustGet(t, ns, "p1", l)
+		res := mustGet(t, ns, "p1", l.Load)
 		if !answered(res, holdfast.SourceMemory, holdfast.ReasonTierDown, false) || string(res.Value) != "v1:p1" {
 			t.Fatalf("tier down: %q from %v, want v1:p1 from local", res.Value, res.Source)
 		}
@@ -432,7 +432,7 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 		t.Fatalf("loader calls = %d, want 1: within hard the last good value serves", l.calls.Load())
 	}
 	clk.Advance(5 * time.Second) // at hard: one load
-	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v2:p1" || res.Source != holdfast.SourceLoaded {
+	if res := mustGet(t, ns, "p1", l.Load); string(res.Value) != "v2:p1" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("past hard: %q from %v, want v2:p1 loaded", res.Value, res.Source)
 	}
 	// No write was even tried past hard: with the tier down the key's
@@ -448,10 +448,10 @@ func TestNegativeCaching(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: inmem.New(clk.Now), Clock: clk})
 	ns := newNS(t, c, "product", holdfast.Policy{NegativeTTL: 2 * time.Second})
 	var calls atomic.Int64
-	missing := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	missing := func(ctx context.Context, key string) ([]byte, error) {
 		calls.Add(1)
 		return nil, fmt.Errorf("product %s: %w", key, holdfast.ErrNotFound)
-	})
+	}
 	for i := range 5 {
 		res, err := ns.Get(context.Background(), "nope", missing)
 		if !errors.Is(err, holdfast.ErrNotFound) || !res.NotFound {
@@ -483,7 +483,7 @@ func TestInvalidationDuringLoadIsNotStored(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Minute})
 	l := &countingLoader{gate: make(chan struct{})}
 	got := make(chan holdfast.Result, 1)
-	go func() { res, _ := ns.Get(context.Background(), "p1", l); got <- res }()
+	go func() { res, _ := ns.Get(context.Background(), "p1", l.Load); got <- res }()
 	eventually(t, "the load to start", func() bool { return l.calls.Load() == 1 })
 	if err := ns.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
@@ -494,7 +494,7 @@ func TestInvalidationDuringLoadIsNotStored(t *testing.T) {
 		t.Fatal("a load that began before the invalidation was stored in the shared tier")
 	}
 	l.gate = nil
-	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v2:p1" || res.Source != holdfast.SourceLoaded {
+	if res := mustGet(t, ns, "p1", l.Load); string(res.Value) != "v2:p1" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("after invalidation: %q from %v, want a new load v2:p1", res.Value, res.Source)
 	}
 	if st := ns.Stats(); st.Get("dropped_stale_sets") != 1 {
@@ -507,8 +507,8 @@ func TestInvalidateRemovesEveryTier(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Threshold: -1}})
 	l := &countingLoader{}
-	mustGet(t, ns, "p1", l)
-	if res := mustGet(t, ns, "p1", l); res.Source != holdfast.SourceHot {
+	mustGet(t, ns, "p1", l.Load)
+	if res := mustGet(t, ns, "p1", l.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("second read from %v, want hot", res.Source)
 	}
 	if err := ns.Invalidate(context.Background(), "p1"); err != nil {
@@ -517,7 +517,7 @@ func TestInvalidateRemovesEveryTier(t *testing.T) {
 	// With the shared tier down and the loader failing, nothing old may come
 	// back: the last-known-good copy went too.
 	shared.Fail(inmem.ErrInjected)
-	if _, err := ns.Get(context.Background(), "p1", &countingLoader{err: errors.New("db down")}); err == nil {
+	if _, err := ns.Get(context.Background(), "p1", (&countingLoader{err: errors.New("db down")}).Load); err == nil {
 		t.Fatal("an invalidated value was served from last-known-good")
 	}
 }
@@ -528,8 +528,8 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 	// The backoff is off: the read after the outage loads at once.
 	ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Hour, LoadErrorBackoff: -1})
 	l := &countingLoader{}
-	mustGet(t, ns, "p1", l)
-	mustGet(t, ns, "p2", l)
+	mustGet(t, ns, "p1", l.Load)
+	mustGet(t, ns, "p2", l.Load)
 	settle(t, ns, "p1")
 	settle(t, ns, "p2")
 	shared.Fail(inmem.ErrInjected)
@@ -546,7 +546,7 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 	}
 	down := &countingLoader{err: errors.New("db down")}
 	for _, k := range []string{"p1", "p2"} {
-		if _, err := ns.Get(context.Background(), k, down); err == nil {
+		if _, err := ns.Get(context.Background(), k, down.Load); err == nil {
 			t.Fatalf("%s: an invalidated value was served from this process during the outage", k)
 		}
 	}
@@ -556,7 +556,7 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 		t.Fatal("test setup: the old value should still be in the tier")
 	}
 	shared.Fail(nil)
-	if res := mustGet(t, ns, "p1", l); res.Source != holdfast.SourceLoaded || string(res.Value) == "v1:p1" {
+	if res := mustGet(t, ns, "p1", l.Load); res.Source != holdfast.SourceLoaded || string(res.Value) == "v1:p1" {
 		t.Fatalf("after the outage: %q from %v, want a fresh load", res.Value, res.Source)
 	}
 	eventually(t, "the replay", func() bool {
@@ -571,13 +571,13 @@ func TestHotTierNeverPastSoft(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
 	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 3 * time.Second, TTL: 5 * time.Second, Hot: holdfast.HotPolicy{Threshold: -1}})
 	l := &countingLoader{}
-	mustGet(t, ns, "s1", l)
+	mustGet(t, ns, "s1", l.Load)
 	settle(t, ns, "s1")
-	if res := mustGet(t, ns, "s1", l); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, ns, "s1", l.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("source %v, want hot", res.Source)
 	}
 	clk.Advance(3 * time.Second)
-	if res := mustGet(t, ns, "s1", l); !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
+	if res := mustGet(t, ns, "s1", l.Load); !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 		t.Fatalf("at soft: source %v, want stale from the shared tier", res.Source)
 	}
 	if shared.Calls().Gets != 2 { // the first miss, then the read at soft
@@ -585,10 +585,10 @@ func TestHotTierNeverPastSoft(t *testing.T) {
 	}
 
 	ns2 := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{TTL: time.Minute}})
-	mustGet(t, ns2, "p1", l)
+	mustGet(t, ns2, "p1", l.Load)
 	settle(t, ns2, "p1")
 	clk.Advance(time.Minute)
-	if res := mustGet(t, ns2, "p1", l); res.Source != holdfast.SourceShared {
+	if res := mustGet(t, ns2, "p1", l.Load); res.Source != holdfast.SourceShared {
 		t.Fatalf("after the hot TTL: source %v, want shared", res.Source)
 	}
 }
@@ -599,7 +599,7 @@ func TestCorruptSharedBytesAreAMiss(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	shared.Put("product:p1", []byte("definitely not an envelope, and long enough to have a header"), time.Minute)
 	l := &countingLoader{}
-	if res := mustGet(t, ns, "p1", l); string(res.Value) != "v1:p1" || res.Source != holdfast.SourceLoaded {
+	if res := mustGet(t, ns, "p1", l.Load); string(res.Value) != "v1:p1" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("corrupt bytes: %q from %v, want a load", res.Value, res.Source)
 	}
 	if st := ns.Stats(); st.Get("corrupt_entries") != 1 {
@@ -617,11 +617,11 @@ func TestLimiterRejectsWithoutQueueing(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	l := &countingLoader{gate: make(chan struct{})}
 	for _, k := range []string{"a", "b"} {
-		go ns.Get(context.Background(), k, l)
+		go ns.Get(context.Background(), k, l.Load)
 	}
 	eventually(t, "two loads", func() bool { return c.LoadsInFlight() == 2 })
 	start := time.Now()
-	_, err := ns.Get(context.Background(), "c", &countingLoader{})
+	_, err := ns.Get(context.Background(), "c", ((&countingLoader{}).Load))
 	if !errors.Is(err, holdfast.ErrOverloaded) {
 		t.Fatalf("third load: err = %v, want ErrOverloaded", err)
 	}
@@ -630,7 +630,7 @@ func TestLimiterRejectsWithoutQueueing(t *testing.T) {
 	}
 	close(l.gate)
 	eventually(t, "the slots to free", func() bool { return c.LoadsInFlight() == 0 })
-	mustGet(t, ns, "c", &countingLoader{})
+	mustGet(t, ns, "c", ((&countingLoader{}).Load))
 	if st := ns.Stats(); st.Get("load.rejected") != 1 || st.Get("overloaded") != 1 {
 		t.Fatalf("rejected %d overloaded %d, want 1 and 1", st.Get("load.rejected"), st.Get("overloaded"))
 	}
@@ -640,10 +640,10 @@ func TestLimiterBoundedWait(t *testing.T) {
 	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: 5 * time.Second})
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	l := &countingLoader{gate: make(chan struct{})}
-	go ns.Get(context.Background(), "a", l)
+	go ns.Get(context.Background(), "a", l.Load)
 	eventually(t, "the first load", func() bool { return c.LoadsInFlight() == 1 })
 	done := make(chan error, 1)
-	go func() { _, err := ns.Get(context.Background(), "b", &countingLoader{}); done <- err }()
+	go func() { _, err := ns.Get(context.Background(), "b", ((&countingLoader{}).Load)); done <- err }()
 	time.Sleep(20 * time.Millisecond)
 	close(l.gate)
 	if err := <-done; err != nil {
@@ -659,12 +659,12 @@ func TestLimiterQueuesLessWhenTheSourceCannotKeepUp(t *testing.T) {
 	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: wait})
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	stuck := &countingLoader{gate: make(chan struct{})}
-	go ns.Get(context.Background(), "a", stuck)
+	go ns.Get(context.Background(), "a", stuck.Load)
 	eventually(t, "the first load", func() bool { return c.LoadsInFlight() == 1 })
 	time.Sleep(wait + 100*time.Millisecond) // no slot comes free for longer than LoadWait
 
 	start := time.Now()
-	_, err := ns.Get(context.Background(), "b", &countingLoader{})
+	_, err := ns.Get(context.Background(), "b", ((&countingLoader{}).Load))
 	refusedIn := time.Since(start)
 	if !errors.Is(err, holdfast.ErrOverloaded) {
 		t.Fatalf("a load behind a stuck source: err = %v, want ErrOverloaded", err)
@@ -675,12 +675,12 @@ func TestLimiterQueuesLessWhenTheSourceCannotKeepUp(t *testing.T) {
 
 	close(stuck.gate) // the source keeps up again
 	eventually(t, "the slot to free", func() bool { return c.LoadsInFlight() == 0 })
-	mustGet(t, ns, "c", &countingLoader{})
+	mustGet(t, ns, "c", ((&countingLoader{}).Load))
 	slow := &countingLoader{gate: make(chan struct{})}
-	go ns.Get(context.Background(), "d", slow)
+	go ns.Get(context.Background(), "d", slow.Load)
 	eventually(t, "the next load", func() bool { return c.LoadsInFlight() == 1 })
 	done := make(chan error, 1)
-	go func() { _, err := ns.Get(context.Background(), "e", &countingLoader{}); done <- err }()
+	go func() { _, err := ns.Get(context.Background(), "e", ((&countingLoader{}).Load)); done <- err }()
 	time.Sleep(50 * time.Millisecond)
 	close(slow.gate)
 	if err := <-done; err != nil {
@@ -694,12 +694,12 @@ func TestNamespaceLimit(t *testing.T) {
 	other := newNS(t, c, "product", holdfast.Policy{})
 	l := &countingLoader{gate: make(chan struct{})}
 	defer close(l.gate)
-	go ns.Get(context.Background(), "a", l)
+	go ns.Get(context.Background(), "a", l.Load)
 	eventually(t, "the first load", func() bool { return c.LoadsInFlight() == 1 })
-	if _, err := ns.Get(context.Background(), "b", &countingLoader{}); !errors.Is(err, holdfast.ErrOverloaded) {
+	if _, err := ns.Get(context.Background(), "b", ((&countingLoader{}).Load)); !errors.Is(err, holdfast.ErrOverloaded) {
 		t.Fatalf("namespace over its cap: err = %v, want ErrOverloaded", err)
 	}
-	mustGet(t, other, "b", &countingLoader{}) // other namespaces are not held back
+	mustGet(t, other, "b", ((&countingLoader{}).Load)) // other namespaces are not held back
 }
 
 // A namespace's reserved load slots keep its misses loading while another
@@ -712,23 +712,23 @@ func TestReservedLoadsSurviveAnotherNamespacesFlood(t *testing.T) {
 	flood := &countingLoader{gate: make(chan struct{})}
 	defer close(flood.gate)
 	for _, k := range []string{"a", "b"} {
-		go search.Get(context.Background(), k, flood)
+		go search.Get(context.Background(), k, flood.Load)
 	}
 	eventually(t, "the flood to hold every cache-wide slot", func() bool { return c.LoadsInFlight() == 2 })
 
-	if _, err := stock.Get(context.Background(), "1", &countingLoader{}); !errors.Is(err, holdfast.ErrOverloaded) {
+	if _, err := stock.Get(context.Background(), "1", ((&countingLoader{}).Load)); !errors.Is(err, holdfast.ErrOverloaded) {
 		t.Fatalf("a namespace without a reservation: err = %v, want ErrOverloaded", err)
 	}
 	for i := range 3 { // one at a time: the one reserved slot comes back each time
-		mustGet(t, product, fmt.Sprint(i), &countingLoader{})
+		mustGet(t, product, fmt.Sprint(i), ((&countingLoader{}).Load))
 	}
 	if st := product.Stats(); st.Get("load.rejected") != 0 || st.Get("loads") != 3 {
 		t.Fatalf("product: %d rejected, %d loads; want 0 and 3", st.Get("load.rejected"), st.Get("loads"))
 	}
 	slow := &countingLoader{gate: make(chan struct{})}
-	go product.Get(context.Background(), "held", slow)
+	go product.Get(context.Background(), "held", slow.Load)
 	eventually(t, "the reserved slot to be taken", func() bool { return slow.calls.Load() == 1 })
-	if _, err := product.Get(context.Background(), "more", &countingLoader{}); !errors.Is(err, holdfast.ErrOverloaded) {
+	if _, err := product.Get(context.Background(), "more", ((&countingLoader{}).Load)); !errors.Is(err, holdfast.ErrOverloaded) {
 		t.Fatalf("past its reservation with the cache-wide slots taken: err = %v, want ErrOverloaded", err)
 	}
 	close(slow.gate)
@@ -748,16 +748,16 @@ func TestGetManyBatchesAndCoalesces(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{})
 	single := &countingLoader{}
-	mustGet(t, ns, "cached", single)
+	mustGet(t, ns, "cached", single.Load)
 
 	// A concurrent single-key read of "b" is in flight: GetMany joins it.
 	slow := &countingLoader{gate: make(chan struct{})}
-	go ns.Get(context.Background(), "b", slow)
+	go ns.Get(context.Background(), "b", slow.Load)
 	eventually(t, "the single load", func() bool { return slow.calls.Load() == 1 })
 
 	var batches [][]string
 	var mu sync.Mutex
-	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	batch := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		mu.Lock()
 		batches = append(batches, append([]string(nil), keys...))
 		mu.Unlock()
@@ -768,7 +768,7 @@ func TestGetManyBatchesAndCoalesces(t *testing.T) {
 			}
 		}
 		return out, nil
-	})
+	}
 	done := make(chan struct{})
 	var res []holdfast.Result
 	var errs []error
@@ -805,10 +805,10 @@ func TestOversizedKeysAndValues(t *testing.T) {
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{MaxKeyBytes: 8, MaxValueBytes: 16})
-	if _, err := ns.Get(context.Background(), "much-too-long-key", &countingLoader{}); !errors.Is(err, holdfast.ErrTooLarge) {
+	if _, err := ns.Get(context.Background(), "much-too-long-key", ((&countingLoader{}).Load)); !errors.Is(err, holdfast.ErrTooLarge) {
 		t.Fatalf("long key: err = %v, want ErrTooLarge", err)
 	}
-	big := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return make([]byte, 17), nil })
+	big := func(context.Context, string) ([]byte, error) { return make([]byte, 17), nil }
 	res, err := ns.Get(context.Background(), "k", big)
 	if err != nil || len(res.Value) != 17 {
 		t.Fatalf("big value: %d bytes, err %v; want it served", len(res.Value), err)
@@ -860,19 +860,19 @@ func TestCloseStopsRefreshesAndRejectsReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns, _ := c.Namespace("stock", holdfast.Policy{SoftTTL: time.Second, TTL: time.Hour})
-	mustGet(t, ns, "s", &countingLoader{})
+	mustGet(t, ns, "s", ((&countingLoader{}).Load))
 	settle(t, ns, "s")
 	clk.Advance(2 * time.Second)
 	stuck := &countingLoader{gate: make(chan struct{})} // honours ctx only
 	for i := range 20 {
-		ns.Get(context.Background(), fmt.Sprint("k", i), holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("x"), nil }))
+		ns.Get(context.Background(), fmt.Sprint("k", i), func(context.Context, string) ([]byte, error) { return []byte("x"), nil })
 	}
-	mustGet(t, ns, "s", stuck) // stale; starts a refresh that blocks
+	mustGet(t, ns, "s", stuck.Load) // stale; starts a refresh that blocks
 	eventually(t, "the refresh to start", func() bool { return stuck.calls.Load() == 1 })
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.Get(context.Background(), "new", &countingLoader{}); !errors.Is(err, holdfast.ErrClosed) {
+	if _, err := ns.Get(context.Background(), "new", ((&countingLoader{}).Load)); !errors.Is(err, holdfast.ErrClosed) {
 		t.Fatalf("after Close: err = %v, want ErrClosed", err)
 	}
 	eventually(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
@@ -884,7 +884,7 @@ func TestJitterSpreadsSoftTimes(t *testing.T) {
 	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 10 * time.Second, TTL: 20 * time.Second, EarlyRefresh: holdfast.EarlyRefresh{Jitter: 0.5}})
 	seen := map[time.Time]bool{}
 	for i := range 50 {
-		res := mustGet(t, ns, fmt.Sprint(i), &countingLoader{})
+		res := mustGet(t, ns, fmt.Sprint(i), ((&countingLoader{}).Load))
 		if res.Soft().Before(t0.Add(5*time.Second)) || res.Soft().After(t0.Add(10*time.Second)) {
 			t.Fatalf("soft %v outside [t0+5s, t0+10s]", res.Soft().Sub(t0))
 		}
@@ -900,7 +900,7 @@ func TestXFetchRefreshesEarly(t *testing.T) {
 	c := newCache(t, holdfast.Options{Clock: clk})
 	ns := newNS(t, c, "stock", holdfast.Policy{TTL: 10 * time.Second, EarlyRefresh: holdfast.EarlyRefresh{XFetchBeta: 1}})
 	// A load that "took" 1 s on the fake clock.
-	slow := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { clk.Advance(time.Second); return []byte("v"), nil })
+	slow := func(context.Context, string) ([]byte, error) { clk.Advance(time.Second); return []byte("v"), nil }
 	mustGet(t, ns, "s", slow)
 	// Far from soft, XFetch almost never fires: P = exp(-(soft-now)/cost) = e^-8.
 	for range 50 {
@@ -940,16 +940,16 @@ func TestStaleWhileRevalidateWithoutSharedTier(t *testing.T) {
 	c := newCache(t, holdfast.Options{Clock: clk})
 	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: time.Second, TTL: 5 * time.Second})
 	l := &countingLoader{}
-	mustGet(t, ns, "s1", l)
+	mustGet(t, ns, "s1", l.Load)
 	clk.Advance(2 * time.Second)
 	l.gate = make(chan struct{})
-	res := mustGet(t, ns, "s1", l)
+	res := mustGet(t, ns, "s1", l.Load)
 	if !answered(res, holdfast.SourceMemory, holdfast.ReasonRevalidating, true) || string(res.Value) != "v1:s1" {
 		t.Fatalf("between soft and hard: %q from %v, want v1:s1 stale", res.Value, res.Source)
 	}
 	close(l.gate)
 	eventually(t, "the refresh", func() bool {
-		res, err := ns.Get(context.Background(), "s1", l)
+		res, err := ns.Get(context.Background(), "s1", l.Load)
 		return err == nil && string(res.Value) == "v2:s1"
 	})
 }
@@ -960,12 +960,12 @@ func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{Hot: holdfast.HotPolicy{Threshold: 50, HalfLife: 2 * time.Second}})
 	l := &countingLoader{}
 	for i := range 200 { // cold keys, read once each
-		mustGet(t, ns, fmt.Sprint("cold-", i), l)
+		mustGet(t, ns, fmt.Sprint("cold-", i), l.Load)
 	}
 	// One key read 2,000 times within well under a second.
 	hot := 0
 	for range 2000 {
-		if mustGet(t, ns, "hot", l).Source == holdfast.SourceHot {
+		if mustGet(t, ns, "hot", l.Load).Source == holdfast.SourceHot {
 			hot++
 		}
 	}
@@ -979,7 +979,7 @@ func TestHotDetectedAdmitsOnlyHotKeys(t *testing.T) {
 	if len(keys) == 0 || keys[0].Key != "hot" || keys[0].Rate < 50 {
 		t.Fatalf("hot keys %+v, want 'hot' above 50/s first", keys)
 	}
-	if res := mustGet(t, ns, "cold-1", l); res.Source == holdfast.SourceHot {
+	if res := mustGet(t, ns, "cold-1", l.Load); res.Source == holdfast.SourceHot {
 		t.Fatal("a cold key was served from the hot tier")
 	}
 	if st := ns.Stats(); st.Get("reads") != 200+2000+1 {
@@ -993,11 +993,11 @@ func TestLoadErrorBackoff(t *testing.T) {
 	clk := fakeclock.New(t0)
 	c := newCache(t, holdfast.Options{Clock: clk})
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}})
-	mustGet(t, ns, "p1", &countingLoader{})
+	mustGet(t, ns, "p1", ((&countingLoader{}).Load))
 	clk.Advance(2 * time.Second) // past hard
 	down := &countingLoader{err: errors.New("db down")}
 	for i := range 50 {
-		res, err := ns.Get(context.Background(), "p1", down)
+		res, err := ns.Get(context.Background(), "p1", down.Load)
 		if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) {
 			t.Fatalf("read %d with the source down: %v %v", i, res.Source, err)
 		}
@@ -1006,13 +1006,13 @@ func TestLoadErrorBackoff(t *testing.T) {
 		t.Fatalf("loader calls = %d within the backoff, want 1", down.calls.Load())
 	}
 	clk.Advance(time.Second) // the backoff passes: one more try
-	ns.Get(context.Background(), "p1", down)
+	ns.Get(context.Background(), "p1", down.Load)
 	if down.calls.Load() != 2 {
 		t.Fatalf("loader calls = %d after the backoff, want 2", down.calls.Load())
 	}
 	// A key with nothing stale gets the load's error, without a call.
 	for i := range 3 {
-		if _, err := ns.Get(context.Background(), "nothing-stale", down); !errors.Is(err, down.err) {
+		if _, err := ns.Get(context.Background(), "nothing-stale", down.Load); !errors.Is(err, down.err) {
 			t.Fatalf("read %d of a key with nothing stale: err %v, want the load's", i, err)
 		}
 	}
@@ -1037,8 +1037,8 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 		t.Fatalf("Hot.Threshold %v by default with a shared tier, want 1000/60", got)
 	}
 	l := &countingLoader{}
-	mustGet(t, ns, "viral", l)
-	mustGet(t, ns, "cold", l)
+	mustGet(t, ns, "viral", l.Load)
+	mustGet(t, ns, "cold", l.Load)
 	settle(t, ns, "viral")
 
 	// 400 reads a second of "viral" (8 × the threshold), 5 of "cold", on
@@ -1046,10 +1046,10 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 	var promotedAfter time.Duration
 	for i := 1; i <= 800; i++ {
 		clk.Advance(2500 * time.Microsecond)
-		if mustGet(t, ns, "viral", l).Source == holdfast.SourceHot && promotedAfter == 0 {
+		if mustGet(t, ns, "viral", l.Load).Source == holdfast.SourceHot && promotedAfter == 0 {
 			promotedAfter = time.Duration(i) * 2500 * time.Microsecond
 		}
-		if i%80 == 0 && mustGet(t, ns, "cold", l).Source == holdfast.SourceHot {
+		if i%80 == 0 && mustGet(t, ns, "cold", l.Load).Source == holdfast.SourceHot {
 			t.Fatal("the cold key was served from the hot tier")
 		}
 	}
@@ -1068,7 +1068,7 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 	if err := ns.Invalidate(context.Background(), "viral"); err != nil {
 		t.Fatal(err)
 	}
-	res := mustGet(t, ns, "viral", l)
+	res := mustGet(t, ns, "viral", l.Load)
 	settle(t, ns, "viral")
 	for i := 1; i < 3; i++ {
 		raw, ok := shared.Raw(inmem.CopyKey("product:viral", i))
@@ -1089,7 +1089,7 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 	for i := 1; i <= 200 && (leftSet == 0 || leftTier == 0); i++ {
 		clk.Advance(100 * time.Millisecond)
 		at := time.Duration(i) * 100 * time.Millisecond
-		if mustGet(t, ns, "viral", l).Source != holdfast.SourceHot && leftTier == 0 {
+		if mustGet(t, ns, "viral", l.Load).Source != holdfast.SourceHot && leftTier == 0 {
 			leftTier = at
 		}
 		if len(ns.Stats().HotKeys()) == 0 && leftSet == 0 {
@@ -1119,7 +1119,7 @@ func TestSharedHotSet(t *testing.T) {
 	b := newNS(t, newCache(t, opts), "product", p)
 	l := &countingLoader{}
 	for range 2000 {
-		mustGet(t, a, "viral", l)
+		mustGet(t, a, "viral", l.Load)
 	}
 	if hk := a.Stats().HotKeys(); len(hk) != 1 || hk[0].Key != "viral" {
 		t.Fatalf("a's hot keys %+v", hk)
@@ -1128,13 +1128,13 @@ func TestSharedHotSet(t *testing.T) {
 	if hk := b.Stats().HotKeys(); len(hk) != 0 {
 		t.Fatalf("b detected %+v itself", hk)
 	}
-	if res := mustGet(t, b, "viral", l); res.Source != holdfast.SourceShared {
+	if res := mustGet(t, b, "viral", l.Load); res.Source != holdfast.SourceShared {
 		t.Fatalf("b's first read from %v, want the shared tier", res.Source)
 	}
-	if res := mustGet(t, b, "viral", l); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, b, "viral", l.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("b's second read from %v, want the hot tier (shared hot set)", res.Source)
 	}
-	if res := mustGet(t, b, "cold", l); res.Source == holdfast.SourceHot {
+	if res := mustGet(t, b, "cold", l.Load); res.Source == holdfast.SourceHot {
 		t.Fatal("a cold key in b's hot tier")
 	}
 	if shared.Calls().HotShares == 0 {
@@ -1149,11 +1149,11 @@ func TestSpikeKeyPromotedWithDefaults(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: inmem.New(clk.Now).Smearing(5), Clock: clk})
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour})
 	l := &countingLoader{}
-	mustGet(t, ns, "viral", l)
+	mustGet(t, ns, "viral", l.Load)
 	settle(t, ns, "viral")
 	for i := 1; i <= 1600; i++ {
 		clk.Advance(625 * time.Microsecond)
-		if mustGet(t, ns, "viral", l).Source == holdfast.SourceHot {
+		if mustGet(t, ns, "viral", l.Load).Source == holdfast.SourceHot {
 			t.Logf("in the hot tier after %v", time.Duration(i)*625*time.Microsecond)
 			return
 		}
@@ -1169,7 +1169,7 @@ func TestLoadsCountCalls(t *testing.T) {
 	ctx := context.Background()
 	var calls atomic.Int64
 	batch := func(fail error) holdfast.BatchLoader {
-		return holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		return func(ctx context.Context, keys []string) (map[string][]byte, error) {
 			calls.Add(1)
 			if fail != nil {
 				return nil, fail
@@ -1179,7 +1179,7 @@ func TestLoadsCountCalls(t *testing.T) {
 				out[k] = []byte("v:" + k)
 			}
 			return out, nil
-		})
+		}
 	}
 	if _, errs := ns.GetMany(ctx, []string{"a", "b", "c"}, batch(nil)); errs != nil {
 		t.Fatal(errs)
@@ -1197,8 +1197,8 @@ func TestLoadsCountCalls(t *testing.T) {
 	if st := ns.Stats(); calls.Load() != 2 || st.Get("loads") != 2 || st.Get("load.keys") != 6 || st.Get("load.errors") != 1 {
 		t.Fatalf("then a failed GetMany of 3 cold keys: %d calls; Loads %d, KeysLoaded %d, LoadErrors %d; want 2, 2, 6, 1", calls.Load(), st.Get("loads"), st.Get("load.keys"), st.Get("load.errors"))
 	}
-	mustGet(t, ns, "g", &countingLoader{})
-	if _, err := ns.Get(ctx, "h", &countingLoader{err: down}); !errors.Is(err, down) {
+	mustGet(t, ns, "g", ((&countingLoader{}).Load))
+	if _, err := ns.Get(ctx, "h", (&countingLoader{err: down}).Load); !errors.Is(err, down) {
 		t.Fatalf("a failed Get: err %v, want the loader's", err)
 	}
 	if st := ns.Stats(); st.Get("loads") != 4 || st.Get("load.keys") != 8 || st.Get("load.errors") != 2 {

@@ -20,11 +20,11 @@ import (
 func TestLeasesCoalesceAcrossProcesses(t *testing.T) {
 	shared := inmem.New(nil)
 	var loads atomic.Int64
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := func(ctx context.Context, key string) ([]byte, error) {
 		loads.Add(1)
 		time.Sleep(100 * time.Millisecond)
 		return []byte("v"), nil
-	})
+	}
 	const processes, readers = 4, 50
 	var wg sync.WaitGroup
 	var bad atomic.Int64
@@ -71,9 +71,9 @@ func TestLeaseFreedBetweenAWaitersReadAndItsLease(t *testing.T) {
 	load := &countingLoader{gate: make(chan struct{})}
 
 	got := make(chan holdfast.Result, 2)
-	go func() { res, _ := a.Get(context.Background(), "k", load); got <- res }()
+	go func() { res, _ := a.Get(context.Background(), "k", load.Load); got <- res }()
 	eventually(t, "the holder's load to start", func() bool { return load.calls.Load() == 1 })
-	go func() { res, _ := b.Get(context.Background(), "k", load); got <- res }()
+	go func() { res, _ := b.Get(context.Background(), "k", load.Load); got <- res }()
 	<-waiting // the waiter read a miss and is about to send its second Lease
 	close(load.gate)
 	for range 2 {
@@ -124,7 +124,7 @@ func TestLeaseOfADeadHolderExpires(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, TTL: 300 * time.Millisecond}})
 	start := time.Now()
-	res := mustGet(t, ns, "k", &countingLoader{})
+	res := mustGet(t, ns, "k", ((&countingLoader{}).Load))
 	if waited := time.Since(start); waited < 250*time.Millisecond || waited > 5*time.Second {
 		t.Fatalf("waited %v for a dead holder's 300 ms lease", waited)
 	}
@@ -139,7 +139,7 @@ func TestLeasesSkippedWhileTheTierFails(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true}})
 	shared.Fail(inmem.ErrInjected)
 	start := time.Now()
-	mustGet(t, ns, "k", &countingLoader{})
+	mustGet(t, ns, "k", ((&countingLoader{}).Load))
 	if time.Since(start) > time.Second || shared.Calls().Leases != 0 {
 		t.Fatalf("a failing tier delayed the load or was asked for a lease (%d)", shared.Calls().Leases)
 	}
@@ -153,7 +153,7 @@ func TestStaleSetGuardAcrossProcesses(t *testing.T) {
 	b := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", holdfast.Policy{})
 	slow := &countingLoader{gate: make(chan struct{})}
 	got := make(chan holdfast.Result, 1)
-	go func() { res, _ := a.Get(context.Background(), "p1", slow); got <- res }()
+	go func() { res, _ := a.Get(context.Background(), "p1", slow.Load); got <- res }()
 	eventually(t, "A's load to start", func() bool { return slow.calls.Load() == 1 })
 	if err := b.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestStaleSetGuardAcrossProcesses(t *testing.T) {
 		t.Fatalf("A's stale load %q was stored over B's invalidation", e.Value)
 	}
 	// A load that starts after the invalidation is stored.
-	mustGet(t, b, "p1", &countingLoader{})
+	mustGet(t, b, "p1", ((&countingLoader{}).Load))
 	settle(t, b, "p1")
 	if _, ok := shared.Raw("product:p1"); !ok {
 		t.Fatal("a load after the invalidation was not stored")
@@ -183,11 +183,11 @@ func TestStaleFromTheSharedTierWhenTheLoaderFails(t *testing.T) {
 	// Another process wrote the value; this one never saw it, so only the
 	// shared tier can serve it stale.
 	writer := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute})
-	mustGet(t, writer, "p1", &countingLoader{})
+	mustGet(t, writer, "p1", ((&countingLoader{}).Load))
 	settle(t, writer, "p1")
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute})
 	clk.Advance(30 * time.Second)
-	res, err := ns.Get(context.Background(), "p1", &countingLoader{err: errors.New("db down")})
+	res, err := ns.Get(context.Background(), "p1", (&countingLoader{err: errors.New("db down")}).Load)
 	if err != nil || !answered(res, holdfast.SourceShared, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v1:p1" {
 		t.Fatalf("DB down, Redis up: %q from %v, err %v; want v1:p1 stale-on-error", res.Value, res.Source, err)
 	}

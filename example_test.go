@@ -31,9 +31,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := func(ctx context.Context, key string) ([]byte, error) {
 		return []byte(`{"available":12}`), nil // SELECT ... FROM stock WHERE id = $1
-	})
+	}
 	for range 2 {
 		res, err := stock.Get(context.Background(), "42", load)
 		fmt.Println(string(res.Value), res.Source, err)

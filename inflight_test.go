@@ -28,7 +28,7 @@ func TestLoadsInFlightPerNamespace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := r.ns.Get(context.Background(), r.key, holdfast.LoaderFunc(load)); err != nil {
+			if _, err := r.ns.Get(context.Background(), r.key, load); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -39,8 +39,8 @@ func TestBusyNodeReadAnsweredFromMemory(t *testing.T) {
 	ns := newListeningNS(t, holdfast.Options{Shared: shared}, noHot)
 	src := &source{}
 	want := src.update("p1")
-	mustGet(t, ns, "p1", src)
-	if res := mustGet(t, ns, "p1", src); res.Source != holdfast.SourceShared {
+	mustGet(t, ns, "p1", src.Load)
+	if res := mustGet(t, ns, "p1", src.Load); res.Source != holdfast.SourceShared {
 		t.Fatalf("read not shed: from %v, want shared", res.Source)
 	}
 	if shared.asked.Load() != 1 {
@@ -48,7 +48,7 @@ func TestBusyNodeReadAnsweredFromMemory(t *testing.T) {
 	}
 	shared.shed.Store(true)
 	gets := shared.Calls().Gets
-	res := mustGet(t, ns, "p1", src)
+	res := mustGet(t, ns, "p1", src.Load)
 	if !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) || string(res.Value) != want || res.Stale() {
 		t.Fatalf("shed read: %v %q stale %t, want memory-for-busy-node %q, fresh", res.Source, res.Value, res.Stale(), want)
 	}
@@ -61,7 +61,7 @@ func TestBusyNodeReadAnsweredFromMemory(t *testing.T) {
 	}
 	// A key never read has nothing to answer with: Shed is not asked.
 	asked := shared.asked.Load()
-	mustGet(t, ns, "p2", src)
+	mustGet(t, ns, "p2", src.Load)
 	if shared.asked.Load() != asked {
 		t.Fatal("Shed asked for a key with no copy in memory")
 	}
@@ -83,8 +83,8 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 
 	// Demoted by another process's invalidation.
 	src.update("p1")
-	mustGet(t, b, "p1", src)
-	if res := mustGet(t, b, "p1", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
+	mustGet(t, b, "p1", src.Load)
+	if res := mustGet(t, b, "p1", src.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("before the invalidation: from %v, want memory-for-busy-node", res.Source)
 	}
 	want := src.update("p1")
@@ -92,15 +92,15 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "b to apply the invalidation", func() bool { return b.Stats().Get("invalidations.applied") == 1 })
-	if res := mustGet(t, b, "p1", src); res.Reason == holdfast.ReasonNodeBusy || string(res.Value) != want {
+	if res := mustGet(t, b, "p1", src.Load); res.Reason == holdfast.ReasonNodeBusy || string(res.Value) != want {
 		t.Fatalf("after the invalidation: %v %q, want %q not from memory", res.Source, res.Value, want)
 	}
 
 	// Past its soft time, within its hard time: read from the tier, which
 	// answers with its own copy, stale, and a refresh.
-	mustGet(t, b, "p3", src)
+	mustGet(t, b, "p3", src.Load)
 	clk.Advance(31 * time.Second)
-	if res := mustGet(t, b, "p3", src); !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
+	if res := mustGet(t, b, "p3", src.Load); !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) {
 		t.Fatalf("a copy past its soft time: from %v, want stale from the shared tier", res.Source)
 	}
 	settle(t, b, "p3")
@@ -108,28 +108,28 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 	// Loaded before a gap in the stream: not served, during the gap nor
 	// after it, until a read of the shared tier finds it current again; a
 	// copy loaded after the stream is heard again is.
-	mustGet(t, b, "p4", src)
-	if res := mustGet(t, b, "p4", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
+	mustGet(t, b, "p4", src.Load)
+	if res := mustGet(t, b, "p4", src.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("p4 before the gap: from %v, want memory-for-busy-node", res.Source)
 	}
 	shared.Deafen()
 	eventually(t, "b to notice the gap", func() bool { return !cb.Stream().Heard })
-	if res := mustGet(t, b, "p4", src); res.Reason == holdfast.ReasonNodeBusy {
+	if res := mustGet(t, b, "p4", src.Load); res.Reason == holdfast.ReasonNodeBusy {
 		t.Fatal("served for a busy node while the stream was not heard")
 	}
 	clk.Advance(time.Millisecond)
 	shared.Hear()
 	eventually(t, "b to hear the stream again", func() bool { return cb.Stream().Heard })
 	clk.Advance(time.Millisecond)
-	if res := mustGet(t, b, "p4", src); res.Source != holdfast.SourceShared {
+	if res := mustGet(t, b, "p4", src.Load); res.Source != holdfast.SourceShared {
 		t.Fatalf("a copy loaded before the gap: from %v, want shared", res.Source)
 	}
-	if res := mustGet(t, b, "p4", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
+	if res := mustGet(t, b, "p4", src.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("p4, found current in the shared tier after the gap: from %v, want memory-for-busy-node", res.Source)
 	}
 	clk.Advance(time.Millisecond)
-	mustGet(t, b, "p5", src)
-	if res := mustGet(t, b, "p5", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
+	mustGet(t, b, "p5", src.Load)
+	if res := mustGet(t, b, "p5", src.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("p5, loaded after the gap: from %v, want memory-for-busy-node", res.Source)
 	}
 }
@@ -140,10 +140,10 @@ func TestBusyNodeGetMany(t *testing.T) {
 	shared := &busyTier{Tier: inmem.New(nil)}
 	ns := newListeningNS(t, holdfast.Options{Shared: shared}, noHot)
 	src := &source{}
-	mustGet(t, ns, "p1", src)
-	mustGet(t, ns, "p2", src)
+	mustGet(t, ns, "p1", src.Load)
+	mustGet(t, ns, "p2", src.Load)
 	shared.shed.Store(true)
-	many := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	many := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		out := make(map[string][]byte, len(keys))
 		for _, k := range keys {
 			v, err := src.Load(ctx, k)
@@ -153,7 +153,7 @@ func TestBusyNodeGetMany(t *testing.T) {
 			out[k] = v
 		}
 		return out, nil
-	})
+	}
 	res, errs := ns.GetMany(context.Background(), []string{"p1", "p2", "p3"}, many)
 	for i, err := range errs {
 		if err != nil {
@@ -185,13 +185,13 @@ func TestBusyNodeHotKeyEntersHotTier(t *testing.T) {
 		Hot: holdfast.HotPolicy{Threshold: -1, TTL: time.Minute, Admit: func(string) bool { return admit.Load() }}}
 	ns := newListeningNS(t, holdfast.Options{Shared: shared}, p)
 	src := &source{}
-	mustGet(t, ns, "p1", src)
+	mustGet(t, ns, "p1", src.Load)
 	shared.shed.Store(true)
 	admit.Store(true)
-	if res := mustGet(t, ns, "p1", src); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
+	if res := mustGet(t, ns, "p1", src.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
 		t.Fatalf("shed read from %v, want memory-for-busy-node", res.Source)
 	}
-	if res := mustGet(t, ns, "p1", src); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, ns, "p1", src.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("the next read from %v, want the hot tier", res.Source)
 	}
 }

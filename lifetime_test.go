@@ -24,13 +24,13 @@ func TestLoaderSetLifetimeInEveryTier(t *testing.T) {
 	a := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	b := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	var loads atomic.Int64
-	short := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	short := func(ctx context.Context, key string) ([]byte, error) {
 		n := loads.Add(1)
 		if key == "low-stock" && !holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: time.Second}) {
 			t.Error("SetLifetime refused in a loader")
 		}
 		return fmt.Appendf(nil, "v%d", n), nil
-	})
+	}
 	mustGet(t, a, "low-stock", short)
 	mustGet(t, a, "plenty", short)
 	if raw, ok := shared.Raw("product:low-stock"); !ok {
@@ -79,7 +79,7 @@ func TestLoaderSetLifetimeBoundsBatchAndTyped(t *testing.T) {
 	clk := fakeclock.New(t0)
 	p := holdfast.Policy{TTL: time.Minute, Lifetime: holdfast.LifetimeBounds{Min: 2 * time.Second}}
 	ns := newNS(t, newCache(t, holdfast.Options{Clock: clk}), "product", p)
-	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	batch := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		out := map[string][]byte{}
 		for _, k := range keys {
 			out[k] = []byte(k)
@@ -91,7 +91,7 @@ func TestLoaderSetLifetimeBoundsBatchAndTyped(t *testing.T) {
 			t.Error("SetLifetime accepted a key the load was not for")
 		}
 		return out, nil
-	})
+	}
 	res, errs := ns.GetMany(context.Background(), []string{"short", "long", "mid", "policy"}, batch)
 	for i, err := range errs {
 		if err != nil {
@@ -136,7 +136,7 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 	b := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	windows := map[string]time.Duration{"short": 5 * time.Second, "long": 30 * time.Minute, "none": -1, "clamped": 2 * time.Hour}
 	var failing atomic.Bool
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := func(ctx context.Context, key string) ([]byte, error) {
 		if failing.Load() {
 			return nil, errors.New("source down")
 		}
@@ -146,7 +146,7 @@ func TestLoaderSetStaleIfError(t *testing.T) {
 			holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: 10 * time.Second})
 		}
 		return []byte("v-" + key), nil
-	})
+	}
 	keys := []string{"short", "long", "none", "clamped", "policy"}
 	for _, k := range keys {
 		mustGet(t, a, k, load)
@@ -215,10 +215,10 @@ func TestOwnInvalidationOutlastsALongerLoaderSetLifetime(t *testing.T) {
 	p := holdfast.Policy{TTL: time.Minute, Lifetime: holdfast.LifetimeBounds{Max: 10 * time.Minute}, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	ns := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	var loads atomic.Int64
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := func(ctx context.Context, key string) ([]byte, error) {
 		holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: 10 * time.Minute})
 		return fmt.Appendf(nil, "v%d", loads.Add(1)), nil
-	})
+	}
 	mustGet(t, ns, "k", load)
 	old, ok := shared.Raw("product:k")
 	if !ok {

@@ -13,43 +13,26 @@ import (
 // has it. It returns ErrNotFound (possibly wrapped) when the source has no
 // value for the key. ctx carries the values of the context of the read that
 // started the load (trace ids, say), but none of its cancellation: it is
-// bounded by the namespace's LoadTimeout and cancelled by Cache.Close.
-type Loader interface {
-	Load(ctx context.Context, key string) ([]byte, error)
-}
-
-// LoaderFunc adapts a function to a Loader.
-type LoaderFunc func(ctx context.Context, key string) ([]byte, error)
-
-// Load calls f(ctx, key).
-func (f LoaderFunc) Load(ctx context.Context, key string) ([]byte, error) { return f(ctx, key) }
+// bounded by the namespace's LoadTimeout and cancelled by Cache.Close. A
+// type with a Load method passes it as a method value (store.Load).
+type Loader func(ctx context.Context, key string) ([]byte, error)
 
 // BatchLoader loads many keys in one call (one SQL query with IN (...), say).
 // Keys absent from the returned map are not found.
-type BatchLoader interface {
-	LoadMany(ctx context.Context, keys []string) (map[string][]byte, error)
-}
-
-// BatchLoaderFunc adapts a function to a BatchLoader.
-type BatchLoaderFunc func(ctx context.Context, keys []string) (map[string][]byte, error)
-
-// LoadMany calls f(ctx, keys).
-func (f BatchLoaderFunc) LoadMany(ctx context.Context, keys []string) (map[string][]byte, error) {
-	return f(ctx, keys)
-}
+type BatchLoader func(ctx context.Context, keys []string) (map[string][]byte, error)
 
 // errNilLoader is the error of a read given no loader: a programming error,
 // reported as such rather than as a loader panic.
 var errNilLoader = errors.New("holdfast: nil loader")
 
-// isNil reports whether l is nil, or a nil function in an adapter.
+// isNil reports whether l, a Loader or a BatchLoader, is nil.
 func isNil(l any) bool {
 	switch f := l.(type) {
 	case nil:
 		return true
-	case LoaderFunc:
+	case Loader:
 		return f == nil
-	case BatchLoaderFunc:
+	case BatchLoader:
 		return f == nil
 	}
 	return false
@@ -86,10 +69,10 @@ type keysAnswer struct {
 // load calls the loader for keys; an error fails every key.
 func (s source) load(ctx context.Context, keys []string) (keysAnswer, error) {
 	if s.one != nil {
-		v, err := s.one.Load(ctx, keys[0])
+		v, err := s.one(ctx, keys[0])
 		return keysAnswer{vals: [][]byte{v}}, err
 	}
-	m, err := s.many.LoadMany(ctx, keys)
+	m, err := s.many(ctx, keys)
 	if err != nil {
 		return keysAnswer{}, err
 	}

@@ -21,10 +21,10 @@ func TestZeroPolicyOutageCostsOneLoadPerKey(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "profiles", holdfast.Policy{})
 	l := &countingLoader{}
-	mustGet(t, ns, "x", l)
+	mustGet(t, ns, "x", l.Load)
 	shared.Fail(inmem.ErrInjected)
 	for i := range 5 {
-		res, err := ns.Get(context.Background(), "x", l)
+		res, err := ns.Get(context.Background(), "x", l.Load)
 		if err != nil || string(res.Value) != "v1:x" {
 			t.Fatalf("read %d with the tier down: %q, %v", i, res.Value, err)
 		}
@@ -42,12 +42,12 @@ func TestCloseMeansClosedOnEveryPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := newNS(t, c, "profiles", holdfast.Policy{})
-	mustGet(t, ns, "x", &countingLoader{}) // now in the hot tier
+	mustGet(t, ns, "x", ((&countingLoader{}).Load)) // now in the hot tier
 	c.Close()
-	if _, err := ns.Get(context.Background(), "x", &countingLoader{}); !errors.Is(err, holdfast.ErrClosed) {
+	if _, err := ns.Get(context.Background(), "x", ((&countingLoader{}).Load)); !errors.Is(err, holdfast.ErrClosed) {
 		t.Errorf("hot-tier hit after Close: err = %v, want ErrClosed", err)
 	}
-	if _, errs := ns.GetMany(context.Background(), []string{"x"}, holdfast.BatchLoaderFunc(nil)); errs == nil || !errors.Is(errs[0], holdfast.ErrClosed) {
+	if _, errs := ns.GetMany(context.Background(), []string{"x"}, nil); errs == nil || !errors.Is(errs[0], holdfast.ErrClosed) {
 		t.Errorf("GetMany after Close: errs = %v, want ErrClosed", errs)
 	}
 	if err := ns.Invalidate(context.Background(), "x"); !errors.Is(err, holdfast.ErrClosed) {
@@ -70,7 +70,7 @@ func TestJoinedReadersAreNotLoads(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range readers {
 		wg.Go(func() {
-			res, _ := ns.Get(context.Background(), "x", l)
+			res, _ := ns.Get(context.Background(), "x", l.Load)
 			hows[i] = how{res.Source, res.Collapsed}
 		})
 	}
@@ -98,9 +98,9 @@ func TestErrorsReadOnce(t *testing.T) {
 	ns := newNS(t, c, "profiles", holdfast.Policy{})
 	gate := make(chan struct{})
 	defer close(gate)
-	go ns.Get(context.Background(), "busy", &countingLoader{gate: gate})
+	go ns.Get(context.Background(), "busy", (&countingLoader{gate: gate}).Load)
 	eventually(t, "the slot to be taken", func() bool { return c.LoadsInFlight() == 1 })
-	_, err := ns.Get(context.Background(), "x", &countingLoader{})
+	_, err := ns.Get(context.Background(), "x", ((&countingLoader{}).Load))
 	if !errors.Is(err, holdfast.ErrOverloaded) || strings.Count(err.Error(), "holdfast:") != 1 {
 		t.Fatalf("err = %q, want ErrOverloaded with one holdfast: prefix", err)
 	}

@@ -33,14 +33,14 @@ var readers = []reader{
 		return ns.Get(ctx, key, l)
 	}},
 	{"GetMany", func(ctx context.Context, ns *holdfast.Namespace, key string, l holdfast.Loader) (holdfast.Result, error) {
-		batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		batch := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 			out := make(map[string][]byte, len(keys))
 			for _, k := range keys {
 				if k == companion {
 					out[k] = []byte("c")
 					continue
 				}
-				v, err := l.Load(ctx, k)
+				v, err := l(ctx, k)
 				if errors.Is(err, holdfast.ErrNotFound) {
 					continue
 				}
@@ -50,7 +50,7 @@ var readers = []reader{
 				out[k] = v
 			}
 			return out, nil
-		})
+		}
 		rs, errs := ns.GetMany(ctx, []string{key, companion}, batch)
 		if errs != nil {
 			return rs[0], errs[0]
@@ -85,7 +85,7 @@ func TestReadPathCoalesces(t *testing.T) {
 		var bad atomic.Int64
 		for range 50 {
 			wg.Go(func() {
-				if res, err := r.read(context.Background(), ns, "k", l); err != nil || string(res.Value) != "v1:k" {
+				if res, err := r.read(context.Background(), ns, "k", l.Load); err != nil || string(res.Value) != "v1:k" {
 					bad.Add(1)
 				}
 			})
@@ -104,11 +104,11 @@ func TestReadPathLeasesAcrossProcesses(t *testing.T) {
 	forEachReader(t, func(t *testing.T, r reader) {
 		shared := inmem.New(nil)
 		var loads atomic.Int64
-		l := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		l := func(ctx context.Context, key string) ([]byte, error) {
 			loads.Add(1)
 			time.Sleep(100 * time.Millisecond)
 			return []byte("v"), nil
-		})
+		}
 		var wg sync.WaitGroup
 		var bad atomic.Int64
 		for range 3 {
@@ -133,11 +133,11 @@ func TestReadPathLoadErrorBackoff(t *testing.T) {
 		clk := fakeclock.New(t0)
 		c := newCache(t, holdfast.Options{Clock: clk})
 		ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}})
-		mustRead(t, r, ns, "p1", &countingLoader{})
+		mustRead(t, r, ns, "p1", (&countingLoader{}).Load)
 		clk.Advance(2 * time.Second) // past hard
 		down := &countingLoader{err: errors.New("db down")}
 		for i := range 20 {
-			res, err := r.read(context.Background(), ns, "p1", down)
+			res, err := r.read(context.Background(), ns, "p1", down.Load)
 			if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v1:p1" {
 				t.Fatalf("read %d with the source down: %q %v %v", i, res.Value, res.Source, err)
 			}
@@ -157,7 +157,7 @@ func TestReadPathSmearsHotKeys(t *testing.T) {
 		l := &countingLoader{}
 		for range 400 {
 			clk.Advance(2500 * time.Microsecond)
-			mustRead(t, r, ns, "viral", l)
+			mustRead(t, r, ns, "viral", l.Load)
 		}
 		if st := ns.Stats(); st.Get("smeared.reads") == 0 || shared.Calls().SmearedGets == 0 {
 			t.Fatalf("no smeared read of the hot key: %+v", st)
@@ -165,7 +165,7 @@ func TestReadPathSmearsHotKeys(t *testing.T) {
 		if err := ns.Invalidate(context.Background(), "viral"); err != nil {
 			t.Fatal(err)
 		}
-		mustRead(t, r, ns, "viral", l)
+		mustRead(t, r, ns, "viral", l.Load)
 		if st := ns.Stats(); st.Get("smeared.writes") != 1 {
 			t.Fatalf("smeared writes %d after a reload of the hot key, want 1", st.Get("smeared.writes"))
 		}
@@ -178,15 +178,15 @@ func TestReadPathStaleIfError(t *testing.T) {
 		shared := inmem.New(clk.Now)
 		c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
 		ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: 5 * time.Second, LoadErrorBackoff: -1, Hot: holdfast.HotPolicy{MaxBytes: -1}})
-		mustRead(t, r, ns, "s1", &countingLoader{})
+		mustRead(t, r, ns, "s1", (&countingLoader{}).Load)
 		down := &countingLoader{err: errors.New("db down")}
 		clk.Advance(3 * time.Second)
-		res, err := r.read(context.Background(), ns, "s1", down)
+		res, err := r.read(context.Background(), ns, "s1", down.Load)
 		if err != nil || !answered(res, holdfast.SourceShared, holdfast.ReasonSourceFailed, true) || string(res.Value) != "v1:s1" {
 			t.Fatalf("inside the window: %q from %v, %v", res.Value, res.Source, err)
 		}
 		clk.Advance(4 * time.Second) // past hard + StaleIfError
-		if _, err := r.read(context.Background(), ns, "s1", down); !errors.Is(err, down.err) {
+		if _, err := r.read(context.Background(), ns, "s1", down.Load); !errors.Is(err, down.err) {
 			t.Fatalf("past the window: err = %v, want the loader's", err)
 		}
 	})
@@ -199,7 +199,7 @@ func TestReadPathInvalidationDuringALoad(t *testing.T) {
 		ns := newNS(t, c, "product", holdfast.Policy{StaleIfError: time.Minute})
 		l := &countingLoader{gate: make(chan struct{})}
 		done := make(chan struct{})
-		go func() { r.read(context.Background(), ns, "p1", l); close(done) }()
+		go func() { r.read(context.Background(), ns, "p1", l.Load); close(done) }()
 		eventually(t, "the load to start", func() bool { return l.calls.Load() == 1 })
 		if err := ns.Invalidate(context.Background(), "p1"); err != nil {
 			t.Fatal(err)
@@ -211,7 +211,7 @@ func TestReadPathInvalidationDuringALoad(t *testing.T) {
 			t.Fatal("a load that began before the invalidation was stored")
 		}
 		l.gate = nil
-		if res := mustRead(t, r, ns, "p1", l); string(res.Value) != "v2:p1" {
+		if res := mustRead(t, r, ns, "p1", l.Load); string(res.Value) != "v2:p1" {
 			t.Fatalf("after the invalidation: %q, want a new load", res.Value)
 		}
 	})
@@ -224,10 +224,10 @@ func TestReadPathLoadTimeoutWhateverTheLoader(t *testing.T) {
 		ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout})
 		release := make(chan struct{})
 		defer close(release)
-		stubborn := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+		stubborn := func(context.Context, string) ([]byte, error) {
 			<-release
 			return []byte("late"), nil
-		})
+		}
 		start := time.Now()
 		_, err := r.read(context.Background(), ns, "k", stubborn)
 		if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > loadTimeout+150*time.Millisecond {
@@ -243,14 +243,14 @@ func TestReadPathLoaderGoexit(t *testing.T) {
 		ns := newNS(t, c, "product", holdfast.Policy{LoadErrorBackoff: -1})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		exit := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+		exit := func(context.Context, string) ([]byte, error) {
 			runtime.Goexit()
 			return nil, nil
-		})
+		}
 		if _, err := r.read(ctx, ns, "k", exit); err == nil || errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v, want the loader's exit", err)
 		}
-		if res := mustRead(t, r, ns, "k", &countingLoader{}); string(res.Value) != "v1:k" {
+		if res := mustRead(t, r, ns, "k", (&countingLoader{}).Load); string(res.Value) != "v1:k" {
 			t.Fatalf("next read %q, want a load", res.Value)
 		}
 	})
@@ -266,13 +266,13 @@ func TestReadPathLoaderSeesTheReadersValuesNotItsCancellation(t *testing.T) {
 		var tenant atomic.Value
 		var cancelled atomic.Bool
 		started := make(chan struct{})
-		l := holdfast.LoaderFunc(func(lctx context.Context, key string) ([]byte, error) {
+		l := func(lctx context.Context, key string) ([]byte, error) {
 			tenant.Store(lctx.Value(tenantKey{}))
 			close(started)
 			time.Sleep(50 * time.Millisecond)
 			cancelled.Store(lctx.Err() != nil)
 			return []byte("v"), nil
-		})
+		}
 		go func() { <-started; cancel() }()
 		r.read(ctx, ns, "k", l)
 		settle(t, ns, "k")
@@ -291,9 +291,9 @@ func TestReadPathStaleWhileRevalidate(t *testing.T) {
 		c := newCache(t, holdfast.Options{Shared: inmem.New(clk.Now), Clock: clk})
 		ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: time.Second, TTL: 5 * time.Second})
 		l := &countingLoader{}
-		mustRead(t, r, ns, "s1", l)
+		mustRead(t, r, ns, "s1", l.Load)
 		clk.Advance(2 * time.Second)
-		res, err := r.read(context.Background(), ns, "s1", l)
+		res, err := r.read(context.Background(), ns, "s1", l.Load)
 		if err != nil || !answered(res, holdfast.SourceShared, holdfast.ReasonRevalidating, true) || string(res.Value) != "v1:s1" {
 			t.Fatalf("past soft: %q from %v, %v; want the stale value", res.Value, res.Source, err)
 		}
@@ -315,10 +315,10 @@ func TestReadPathNegativeCachingOff(t *testing.T) {
 		c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
 		ns := newNS(t, c, "product", holdfast.Policy{NegativeTTL: -1})
 		var calls atomic.Int64
-		missing := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+		missing := func(ctx context.Context, key string) ([]byte, error) {
 			calls.Add(1)
 			return nil, holdfast.ErrNotFound
-		})
+		}
 		for i := range 3 {
 			res, err := r.read(context.Background(), ns, "nope", missing)
 			if !errors.Is(err, holdfast.ErrNotFound) || !res.NotFound {
@@ -339,13 +339,13 @@ func TestReadPathNegativeCachingOff(t *testing.T) {
 		// Without a shared tier: the source deletes a key this process
 		// holds a copy of, then fails.
 		local := newNS(t, newCache(t, holdfast.Options{Clock: clk}), "stock", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, NegativeTTL: -1, LoadErrorBackoff: -1})
-		mustRead(t, r, local, "s1", &countingLoader{})
+		mustRead(t, r, local, "s1", (&countingLoader{}).Load)
 		clk.Advance(2 * time.Second) // past hard, within stale-if-error
 		if _, err := r.read(context.Background(), local, "s1", missing); !errors.Is(err, holdfast.ErrNotFound) {
 			t.Fatalf("the source deleted the key: err %v, want ErrNotFound", err)
 		}
 		down := &countingLoader{err: errors.New("db down")}
-		if res, err := r.read(context.Background(), local, "s1", down); !errors.Is(err, down.err) {
+		if res, err := r.read(context.Background(), local, "s1", down.Load); !errors.Is(err, down.err) {
 			t.Fatalf("then the source failed: %q from %v, %v; want the load's error, not the deleted value", res.Value, res.Source, err)
 		}
 	})
@@ -365,11 +365,11 @@ func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
 		c := newCache(t, opts)
 		ns := newNS(t, c, "product", holdfast.Policy{TTL: 2 * time.Second, SoftTTL: time.Second, StaleIfError: time.Minute,
 			LoadTimeout: loadTimeout, SlowLoadGrace: -1, Hot: holdfast.HotPolicy{MaxBytes: -1}})
-		if res := mustRead(t, r, ns, "p1", &countingLoader{}); res.LoadErr != nil {
+		if res := mustRead(t, r, ns, "p1", (&countingLoader{}).Load); res.LoadErr != nil {
 			t.Fatalf("a loaded answer carries LoadErr %v", res.LoadErr)
 		}
 		clk.Advance(1500 * time.Millisecond) // between soft and hard
-		if res := mustRead(t, r, ns, "p1", &countingLoader{}); !answered(res, holdfast.SourceMemory, holdfast.ReasonRevalidating, true) || res.LoadErr != nil {
+		if res := mustRead(t, r, ns, "p1", (&countingLoader{}).Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonRevalidating, true) || res.LoadErr != nil {
 			t.Fatalf("stale-while-revalidate: from %v with LoadErr %v; want stale, none", res.Source, res.LoadErr)
 		}
 		clk.Advance(3 * time.Second)
@@ -392,10 +392,10 @@ func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
 		t.Run("loader error", func(t *testing.T) {
 			_, ns := setup(t, r, holdfast.Options{}, 0)
 			down := &countingLoader{err: errors.New("db down")}
-			res, err := r.read(context.Background(), ns, "p1", down)
+			res, err := r.read(context.Background(), ns, "p1", down.Load)
 			staleBecause(t, res, err, down.err)
 			// Within the backoff no call is made; the cause is the same.
-			res, err = r.read(context.Background(), ns, "p1", down)
+			res, err = r.read(context.Background(), ns, "p1", down.Load)
 			staleBecause(t, res, err, down.err)
 			if down.calls.Load() != 1 {
 				t.Fatalf("loader calls = %d, want 1", down.calls.Load())
@@ -404,16 +404,16 @@ func TestReadPathStaleAnswerSaysWhy(t *testing.T) {
 		t.Run("load timeout", func(t *testing.T) {
 			_, ns := setup(t, r, holdfast.Options{}, 50*time.Millisecond)
 			stuck := &countingLoader{gate: make(chan struct{})} // never opened
-			res, err := r.read(context.Background(), ns, "p1", stuck)
+			res, err := r.read(context.Background(), ns, "p1", stuck.Load)
 			staleBecause(t, res, err, context.DeadlineExceeded)
 		})
 		t.Run("limiter refusal", func(t *testing.T) {
 			c, ns := setup(t, r, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: -1}, 0)
 			holder := &countingLoader{gate: make(chan struct{})}
 			defer close(holder.gate)
-			go ns.Get(context.Background(), "other", holder)
+			go ns.Get(context.Background(), "other", holder.Load)
 			eventually(t, "the other key's load to hold the one slot", func() bool { return c.LoadsInFlight() == 1 })
-			res, err := r.read(context.Background(), ns, "p1", &countingLoader{})
+			res, err := r.read(context.Background(), ns, "p1", (&countingLoader{}).Load)
 			staleBecause(t, res, err, holdfast.ErrOverloaded)
 		})
 	})

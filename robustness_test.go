@@ -24,10 +24,10 @@ func TestLoaderGoexitFreesTheKey(t *testing.T) {
 	c := newCache(t, holdfast.Options{})
 	// The backoff is off: the next read shows the key free at once.
 	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: 10 * time.Second, LoadErrorBackoff: -1})
-	exit := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	exit := func(ctx context.Context, key string) ([]byte, error) {
 		runtime.Goexit()
 		return nil, nil
-	})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	const readers = 8
@@ -46,7 +46,7 @@ func TestLoaderGoexitFreesTheKey(t *testing.T) {
 			t.Fatalf("reader %d: err = %v, want the loader's exit as an error", i, err)
 		}
 	}
-	res, err := ns.Get(ctx, "k", &countingLoader{})
+	res, err := ns.Get(ctx, "k", ((&countingLoader{}).Load))
 	if err != nil || string(res.Value) != "v1:k" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("next read: %q, %v, %v; want a fresh load", res.Value, res.Source, err)
 	}
@@ -63,11 +63,11 @@ func TestLoaderIgnoringItsContextAnsweredAtLoadTimeout(t *testing.T) {
 	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout, LoadErrorBackoff: -1})
 	release := make(chan struct{})
 	var calls atomic.Int64
-	stubborn := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	stubborn := func(ctx context.Context, key string) ([]byte, error) {
 		calls.Add(1)
 		<-release // ignores ctx
 		return []byte("late"), nil
-	})
+	}
 	const readers = 20
 	var wg sync.WaitGroup
 	waits := make([]time.Duration, readers)
@@ -100,7 +100,7 @@ func TestLoaderIgnoringItsContextAnsweredAtLoadTimeout(t *testing.T) {
 	if _, ok := shared.Raw("product:k"); ok {
 		t.Fatal("the late value was stored")
 	}
-	res, err := ns.Get(context.Background(), "k", &countingLoader{})
+	res, err := ns.Get(context.Background(), "k", ((&countingLoader{}).Load))
 	if err != nil || string(res.Value) != "v1:k" {
 		t.Fatalf("next read: %q, %v; want a fresh load", res.Value, err)
 	}
@@ -114,14 +114,14 @@ func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
 	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 4, Clock: clk})
 	ns := newNS(t, c, "stock", holdfast.Policy{SoftTTL: 50 * time.Millisecond, TTL: time.Hour})
 	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
-		mustGet(t, ns, k, &countingLoader{})
+		mustGet(t, ns, k, ((&countingLoader{}).Load))
 	}
 	clk.Advance(60 * time.Millisecond) // past soft: the next reads refresh
 	gate := make(chan struct{})
 	defer close(gate)
 	slow := &countingLoader{gate: gate}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
-		res, err := ns.Get(context.Background(), k, slow)
+		res, err := ns.Get(context.Background(), k, slow.Load)
 		if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonRevalidating, true) {
 			t.Fatalf("%s: %v, %v; want the stale value while it refreshes", k, res.Source, err)
 		}
@@ -135,7 +135,7 @@ func TestRefreshesLeaveSlotsForReaders(t *testing.T) {
 	if st := ns.Stats(); st.Get("load.rejected") != 0 {
 		t.Fatalf("%d reads rejected; only refreshes were", st.Get("load.rejected"))
 	}
-	res, err := ns.Get(context.Background(), "cold", &countingLoader{})
+	res, err := ns.Get(context.Background(), "cold", ((&countingLoader{}).Load))
 	if err != nil || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("cold read: %v, %v; want it loaded in the slot refreshes leave free", res.Source, err)
 	}
@@ -155,11 +155,11 @@ func TestLeaseWaitBoundedAndLoaderGetsItsOwnTimeout(t *testing.T) {
 	const leaseTTL, loadTimeout = 300 * time.Millisecond, time.Second
 	ns := newNS(t, c, "product", holdfast.Policy{LoadTimeout: loadTimeout, Lease: holdfast.LeasePolicy{Enabled: true, TTL: leaseTTL}})
 	var left time.Duration
-	l := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	l := func(ctx context.Context, key string) ([]byte, error) {
 		d, _ := ctx.Deadline()
 		left = time.Until(d)
 		return []byte("v"), nil
-	})
+	}
 	start := time.Now()
 	res, err := ns.Get(context.Background(), "k", l)
 	waited := time.Since(start)
@@ -185,7 +185,7 @@ func TestLeaseWaiterServesHeldCurrentValue(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: shared})
 	p := holdfast.Policy{StaleIfError: time.Minute, Lease: holdfast.LeasePolicy{Enabled: true, TTL: 400 * time.Millisecond}}
 	ns := newNS(t, c, "product", p)
-	mustGet(t, ns, "k", &countingLoader{})
+	mustGet(t, ns, "k", ((&countingLoader{}).Load))
 	// The shared copy is evicted (no invalidation) and another process
 	// holds the lease.
 	if err := shared.Delete(context.Background(), "product:k"); err != nil {
@@ -195,7 +195,7 @@ func TestLeaseWaiterServesHeldCurrentValue(t *testing.T) {
 		t.Fatal("setup: lease")
 	}
 	start := time.Now()
-	res, err := ns.Get(context.Background(), "k", &countingLoader{})
+	res, err := ns.Get(context.Background(), "k", ((&countingLoader{}).Load))
 	if err != nil || string(res.Value) != "v1:k" || !answered(res, holdfast.SourceMemory, holdfast.ReasonPeerLoading, false) {
 		t.Fatalf("got %q from %v, %v; want the held value v1:k, from memory", res.Value, res.Source, err)
 	}
@@ -213,7 +213,7 @@ func TestLeaseWaiterServesHeldCurrentValue(t *testing.T) {
 		ok, _ := shared.Lease(context.Background(), "product:k", "other2", 300*time.Millisecond)
 		return ok
 	})
-	res, err = ns.Get(context.Background(), "k", &countingLoader{})
+	res, err = ns.Get(context.Background(), "k", ((&countingLoader{}).Load))
 	if err != nil || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("after an invalidation: %q from %v, %v; want a load, not the held value", res.Value, res.Source, err)
 	}
@@ -247,7 +247,7 @@ func TestLeaseWithALostReplyIsReleased(t *testing.T) {
 	shared := &leaseFaults{Tier: inmem.New(nil), loseLeaseReply: true}
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, TTL: time.Minute}})
-	mustGet(t, ns, "k", &countingLoader{})
+	mustGet(t, ns, "k", ((&countingLoader{}).Load))
 	if ok, err := shared.Tier.Lease(context.Background(), "product:k", "next", time.Second); !ok || err != nil {
 		t.Fatalf("the lease set by a call whose reply was lost is still held (%v, %v)", ok, err)
 	}
@@ -258,7 +258,7 @@ func TestFailedReleaseIsRetried(t *testing.T) {
 	shared.failReleases.Store(3)
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: true, TTL: time.Minute}})
-	mustGet(t, ns, "k", &countingLoader{})
+	mustGet(t, ns, "k", ((&countingLoader{}).Load))
 	eventually(t, "the release to land", func() bool {
 		ok, _ := shared.Tier.Lease(context.Background(), "product:k", "next", time.Second)
 		return ok
@@ -275,7 +275,7 @@ func TestOwnInvalidationSupersedesAnOlderSharedValue(t *testing.T) {
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared})
 	ns := newNS(t, c, "product", holdfast.Policy{})
-	mustGet(t, ns, "k", &countingLoader{})
+	mustGet(t, ns, "k", ((&countingLoader{}).Load))
 	old, ok := shared.Raw("product:k")
 	if !ok {
 		t.Fatal("setup: nothing stored")
@@ -286,7 +286,7 @@ func TestOwnInvalidationSupersedesAnOlderSharedValue(t *testing.T) {
 	shared.Put("product:k", old, time.Minute) // the old value comes back
 	l := &countingLoader{}
 	l.calls.Store(1)
-	res := mustGet(t, ns, "k", l)
+	res := mustGet(t, ns, "k", l.Load)
 	if string(res.Value) != "v2:k" || res.Source != holdfast.SourceLoaded {
 		t.Fatalf("got %q from %v; want v2:k loaded, never the value from before the invalidation", res.Value, res.Source)
 	}
@@ -297,7 +297,7 @@ func TestOwnInvalidationSupersedesAnOlderSharedValue(t *testing.T) {
 	// what the tier holds (bounded by the value's own times).
 	shared.Put("product:k", old, time.Minute)
 	other := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", holdfast.Policy{})
-	if res := mustGet(t, other, "k", &countingLoader{}); string(res.Value) != "v1:k" {
+	if res := mustGet(t, other, "k", ((&countingLoader{}).Load)); string(res.Value) != "v1:k" {
 		t.Fatalf("other process: %q", res.Value)
 	}
 }
@@ -312,11 +312,11 @@ func TestStaleIfErrorMayServeAValueInvalidatedElsewhere(t *testing.T) {
 	p := holdfast.Policy{StaleIfError: time.Minute}
 	a := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", p)
 	b := newNS(t, newCache(t, holdfast.Options{Shared: shared}), "product", p)
-	mustGet(t, b, "k", &countingLoader{})
+	mustGet(t, b, "k", ((&countingLoader{}).Load))
 	if err := a.Invalidate(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := b.Get(context.Background(), "k", &countingLoader{err: errors.New("db down")})
+	res, err := b.Get(context.Background(), "k", (&countingLoader{err: errors.New("db down")}).Load)
 	if err != nil || string(res.Value) != "v1:k" || !res.Stale() {
 		t.Fatalf("load failed: %q from %v, %v; want the last value, stale", res.Value, res.Source, err)
 	}
@@ -328,10 +328,10 @@ func TestStaleIfErrorMayServeAValueInvalidatedElsewhere(t *testing.T) {
 func TestColdBurstWithDefaultsIsNotRejected(t *testing.T) {
 	c := newCache(t, holdfast.Options{Shared: inmem.New(nil)})
 	ns := newNS(t, c, "product", holdfast.Policy{})
-	l := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	l := func(ctx context.Context, key string) ([]byte, error) {
 		time.Sleep(5 * time.Millisecond) // a quick database query
 		return []byte(key), nil
-	})
+	}
 	const keys = 40
 	var wg sync.WaitGroup
 	var failed atomic.Int64
@@ -356,7 +356,7 @@ func TestNoLoadLimit(t *testing.T) {
 	const keys = 200
 	var wg sync.WaitGroup
 	for i := range keys {
-		wg.Go(func() { ns.Get(context.Background(), fmt.Sprint("k", i), l) })
+		wg.Go(func() { ns.Get(context.Background(), fmt.Sprint("k", i), l.Load) })
 	}
 	eventually(t, "every load to run at once", func() bool { return l.calls.Load() == keys })
 	close(gate)
@@ -382,7 +382,7 @@ func TestLeaseWaiterLabelsAnOldValueStale(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() {
-		res, err := ns.Get(context.Background(), "k", &countingLoader{})
+		res, err := ns.Get(context.Background(), "k", ((&countingLoader{}).Load))
 		got <- answer{res, err}
 	}()
 	eventually(t, "the read to wait on the lease", func() bool { return ns.Stats().Get("lease.waits") == 1 })
@@ -415,7 +415,7 @@ func TestPastHardSharedValueKeptForStaleIfError(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res, err := ns.Get(context.Background(), "k", down)
+		res, err := ns.Get(context.Background(), "k", down.Load)
 		if err != nil || string(res.Value) != "last" || !answered(res, from, holdfast.ReasonSourceFailed, true) {
 			t.Fatalf("read %d: %q from %v for %v, %v; want the last value from %v, stale-on-error", i, res.Value, res.Source, res.Reason, err, from)
 		}
@@ -429,14 +429,14 @@ func TestStaleReadersDoNotWaitForASlot(t *testing.T) {
 	clk := fakeclock.New(t0)
 	c := newCache(t, holdfast.Options{MaxConcurrentLoads: 1, LoadWait: 10 * time.Second, Clock: clk})
 	ns := newNS(t, c, "stock", holdfast.Policy{TTL: time.Second, StaleIfError: time.Minute, LoadErrorBackoff: -1})
-	mustGet(t, ns, "warm", &countingLoader{})
+	mustGet(t, ns, "warm", ((&countingLoader{}).Load))
 	clk.Advance(2 * time.Second) // past hard, within stale-if-error
 	gate := make(chan struct{})
 	defer close(gate)
-	go ns.Get(context.Background(), "busy", &countingLoader{gate: gate})
+	go ns.Get(context.Background(), "busy", (&countingLoader{gate: gate}).Load)
 	eventually(t, "the only slot to be taken", func() bool { return c.LoadsInFlight() == 1 })
 	start := time.Now()
-	res, err := ns.Get(context.Background(), "warm", &countingLoader{})
+	res, err := ns.Get(context.Background(), "warm", ((&countingLoader{}).Load))
 	if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonOverloaded, true) {
 		t.Fatalf("got %v, %v; want the stale value", res.Source, err)
 	}

@@ -79,8 +79,8 @@ func slowLoadNS(t *testing.T, p holdfast.Policy) (*holdfast.Namespace, *inmem.Ti
 	}
 	p.LoadErrorBackoff = -1
 	ns := newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
-	mustGet(t, ns, "k", &countingLoader{})
-	mustGet(t, ns, "j", &countingLoader{})
+	mustGet(t, ns, "k", (&countingLoader{}).Load)
+	mustGet(t, ns, "j", (&countingLoader{}).Load)
 	clk.Advance(2 * time.Second)
 	return ns, shared, clk
 }
@@ -93,7 +93,7 @@ func TestSlowLoadServesStaleAfterGrace(t *testing.T) {
 	ns, shared, _ := slowLoadNS(t, holdfast.Policy{SlowLoadGrace: testGrace})
 	slow := &countingLoader{gate: make(chan struct{})}
 	slow.calls.Store(1) // its value is v2:k
-	a := within(t, getAsync(t, ns, "k", slow), "reader of a past-hard value")
+	a := within(t, getAsync(t, ns, "k", slow.Load), "reader of a past-hard value")
 	if a.err != nil || string(a.res.Value) != "v1:k" || !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) || !a.res.Stale() {
 		t.Fatalf("got %q from %v (%v); want v1:k, stale-on-slow-load", a.res.Value, a.res.Source, a.err)
 	}
@@ -111,7 +111,7 @@ func TestSlowLoadServesStaleAfterGrace(t *testing.T) {
 	if raw, ok := shared.Raw("product:k"); !ok || !strings.Contains(string(raw), "v2:k") {
 		t.Fatalf("the slow load's value is not in the shared tier: %q", raw)
 	}
-	if res := mustGet(t, ns, "k", slow); string(res.Value) != "v2:k" || res.Source != holdfast.SourceShared {
+	if res := mustGet(t, ns, "k", slow.Load); string(res.Value) != "v2:k" || res.Source != holdfast.SourceShared {
 		t.Fatalf("next read: %q from %v; want the slow load's v2:k from the shared tier", res.Value, res.Source)
 	}
 	if slow.calls.Load() != 2 {
@@ -127,11 +127,11 @@ func TestSlowLoadGraceShortWhileSharedTierFails(t *testing.T) {
 	slow := &countingLoader{gate: make(chan struct{})}
 	t.Cleanup(func() { close(slow.gate) })
 
-	healthy := getAsync(t, ns, "j", slow)
+	healthy := getAsync(t, ns, "j", slow.Load)
 	stillWaiting(t, healthy, "reader of a past-hard value, the shared tier healthy")
 
 	shared.Fail(errors.New("down"))
-	a := within(t, getAsync(t, ns, "k", slow), "reader of a past-hard value, the shared tier failing")
+	a := within(t, getAsync(t, ns, "k", slow.Load), "reader of a past-hard value, the shared tier failing")
 	if a.err != nil || string(a.res.Value) != "v1:k" || !answered(a.res, holdfast.SourceMemory, holdfast.ReasonSourceSlow, true) || !a.res.Stale() {
 		t.Fatalf("got %q from %v (%v); want v1:k, stale-on-slow-load", a.res.Value, a.res.Source, a.err)
 	}
@@ -149,12 +149,12 @@ func TestSlowLoadGraceShortWhileSharedTierFails(t *testing.T) {
 func TestSlowLoadGraceOnlyWithinStaleIfError(t *testing.T) {
 	ns, _, clk := slowLoadNS(t, holdfast.Policy{SlowLoadGrace: testGrace, StaleIfError: 10 * time.Second})
 	clk.Advance(10 * time.Second) // now 12 s: k's window (to 11 s) is over
-	mustGet(t, ns, "within", &countingLoader{})
+	mustGet(t, ns, "within", (&countingLoader{}).Load)
 	clk.Advance(2 * time.Second) // now 14 s: "within" is past hard, in its window
 	slow := &countingLoader{gate: make(chan struct{})}
-	inWindow := getAsync(t, ns, "within", slow)
-	past := getAsync(t, ns, "k", slow)
-	cold := getAsync(t, ns, "cold", slow)
+	inWindow := getAsync(t, ns, "within", slow.Load)
+	past := getAsync(t, ns, "k", slow.Load)
+	cold := getAsync(t, ns, "cold", slow.Load)
 	if a := within(t, inWindow, "reader within its window"); !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) {
 		t.Fatalf("reader within its window: %q from %v (%v); want stale-on-slow-load", a.res.Value, a.res.Source, a.err)
 	}
@@ -177,10 +177,10 @@ func TestSlowLoadGraceDefaultAndOff(t *testing.T) {
 	on, _, _ := slowLoadNS(t, holdfast.Policy{})
 	off, _, _ := slowLoadNS(t, holdfast.Policy{SlowLoadGrace: -1})
 	slow := &countingLoader{gate: make(chan struct{})}
-	if a := within(t, getAsync(t, on, "k", slow), "default grace"); !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) || a.waited < holdfast.DefaultSlowLoadGrace {
+	if a := within(t, getAsync(t, on, "k", slow.Load), "default grace"); !answered(a.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) || a.waited < holdfast.DefaultSlowLoadGrace {
 		t.Fatalf("default grace: %q from %v after %v; want stale-on-slow-load after %v", a.res.Value, a.res.Source, a.waited, holdfast.DefaultSlowLoadGrace)
 	}
-	offRead := getAsync(t, off, "k", slow)
+	offRead := getAsync(t, off, "k", slow.Load)
 	stillWaiting(t, offRead, "grace off")
 	close(slow.gate)
 	if a := within(t, offRead, "grace off"); a.err != nil || a.res.Source != holdfast.SourceLoaded {
@@ -209,9 +209,9 @@ func TestSlowLoadGraceForCollapsedReaders(t *testing.T) {
 	slow := &countingLoader{gate: make(chan struct{})}
 	gets := shared.Calls().Gets
 	thaw := shared.Stall()
-	leader := getAsync(t, ns, "k", slow)
+	leader := getAsync(t, ns, "k", slow.Load)
 	eventually(t, "the leader's shared-tier read", func() bool { return shared.Calls().Gets > gets })
-	early := getAsync(t, ns, "k", slow)
+	early := getAsync(t, ns, "k", slow.Load)
 	eventually(t, "the early reader to join", func() bool { return ns.Stats().Get("coalesced") == 1 })
 	time.Sleep(5 * testGrace) // the early reader's grace passes before the flight's lookup ends
 	thaw()
@@ -224,7 +224,7 @@ func TestSlowLoadGraceForCollapsedReaders(t *testing.T) {
 			t.Fatalf("%s: Collapsed %v", what, a.res.Collapsed)
 		}
 	}
-	late := within(t, getAsync(t, ns, "k", slow), "late joiner")
+	late := within(t, getAsync(t, ns, "k", slow.Load), "late joiner")
 	if !answered(late.res, holdfast.SourceShared, holdfast.ReasonSourceSlow, true) || !late.res.Collapsed || late.waited < testGrace {
 		t.Fatalf("late joiner: %v collapsed %v after %v; want stale-on-slow-load, collapsed, after its own grace", late.res.Source, late.res.Collapsed, late.waited)
 	}
@@ -243,7 +243,7 @@ func TestSlowLoadGraceForCollapsedReaders(t *testing.T) {
 func TestSlowLoadGraceGetMany(t *testing.T) {
 	ns, shared, _ := slowLoadNS(t, holdfast.Policy{SlowLoadGrace: testGrace})
 	gate := make(chan struct{})
-	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	batch := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -254,7 +254,7 @@ func TestSlowLoadGraceGetMany(t *testing.T) {
 			out[k] = []byte("batch:" + k)
 		}
 		return out, nil
-	})
+	}
 	done := make(chan []holdfast.Result, 1)
 	go func() {
 		res, _ := ns.GetMany(context.Background(), []string{"k", "j"}, batch)

@@ -40,11 +40,11 @@ func slowReadNS(t *testing.T, p holdfast.Policy) (ns *holdfast.Namespace, shared
 	}
 	p.LoadErrorBackoff = -1
 	ns = newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
-	mustGet(t, ns, "k", &countingLoader{})
-	mustGet(t, ns, "j", &countingLoader{})
+	mustGet(t, ns, "k", (&countingLoader{}).Load)
+	mustGet(t, ns, "j", (&countingLoader{}).Load)
 	stall = func() func() {
 		thaw := shared.Stall()
-		getAsync(t, ns, "stuck", &countingLoader{})
+		getAsync(t, ns, "stuck", (&countingLoader{}).Load)
 		t.Cleanup(thaw) // before the wait for stuck's reader and the Cache's Close, registered earlier
 		eventually(t, "the read of stuck to begin", func() bool { return ns.Loading("stuck") })
 		clk.Advance(2 * testGrace)
@@ -64,7 +64,7 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 	shared.Put("product:k", tier.AppendEntry(nil, tier.Entry{Value: []byte("v9:k"), Origin: now, Soft: now.Add(time.Minute), Hard: now.Add(time.Minute)}), time.Hour)
 	thaw := stall()
 
-	a := within(t, getAsync(t, ns, "k", &countingLoader{}), "reader of a frozen tier")
+	a := within(t, getAsync(t, ns, "k", (&countingLoader{}).Load), "reader of a frozen tier")
 	if a.err != nil || string(a.res.Value) != "v1:k" || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || a.res.Stale() {
 		t.Fatalf("got %q from %v (stale %v, %v); want v1:k, memory-on-slow-read, not stale", a.res.Value, a.res.Source, a.res.Stale(), a.err)
 	}
@@ -78,7 +78,7 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 		t.Fatal("the shared read ended with its reader's wait")
 	}
 	// A reader that joins the frozen read is answered from memory too.
-	if a := within(t, getAsync(t, ns, "k", &countingLoader{}), "second reader"); (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || !a.res.Collapsed {
+	if a := within(t, getAsync(t, ns, "k", (&countingLoader{}).Load), "second reader"); (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || !a.res.Collapsed {
 		t.Fatalf("second reader: %q from %v (collapsed %v); want memory-on-slow-read, collapsed", a.res.Value, a.res.Source, a.res.Collapsed)
 	}
 
@@ -87,7 +87,7 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 	// The tier's answer is in last-known-good: with the tier down, it is
 	// what answers.
 	shared.Fail(errors.New("down"))
-	if res := mustGet(t, ns, "k", &countingLoader{}); string(res.Value) != "v9:k" || !answered(res, holdfast.SourceMemory, holdfast.ReasonTierDown, false) {
+	if res := mustGet(t, ns, "k", (&countingLoader{}).Load); string(res.Value) != "v9:k" || !answered(res, holdfast.SourceMemory, holdfast.ReasonTierDown, false) {
 		t.Fatalf("after the thaw, with the tier down: %q from %v; want the frozen read's v9:k from last-known-good", res.Value, res.Source)
 	}
 }
@@ -98,10 +98,10 @@ func TestSlowSharedReadAnsweredFromMemory(t *testing.T) {
 func TestSlowSharedReadJoinerAnsweredFromMemory(t *testing.T) {
 	ns, shared, _, _ := slowReadNS(t, holdfast.Policy{})
 	thaw := shared.Stall()
-	first := getAsync(t, ns, "k", &countingLoader{})
+	first := getAsync(t, ns, "k", (&countingLoader{}).Load)
 	t.Cleanup(thaw) // before the wait for first's reader
 	eventually(t, "the read of k to begin", func() bool { return ns.Loading("k") })
-	a := within(t, getAsync(t, ns, "k", &countingLoader{}), "reader joining a frozen read")
+	a := within(t, getAsync(t, ns, "k", (&countingLoader{}).Load), "reader joining a frozen read")
 	if a.err != nil || string(a.res.Value) != "v1:k" || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || !a.res.Collapsed {
 		t.Fatalf("joiner: %q from %v (collapsed %v, %v); want v1:k from memory, collapsed", a.res.Value, a.res.Source, a.res.Collapsed, a.err)
 	}
@@ -126,7 +126,7 @@ func TestSlowSharedReadWithoutMemoryWaits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns, _, _, stall := slowReadNS(t, holdfast.Policy{SlowReadGrace: tc.grace})
 			thaw := stall()
-			ch := getAsync(t, ns, tc.key, &countingLoader{})
+			ch := getAsync(t, ns, tc.key, (&countingLoader{}).Load)
 			stillWaiting(t, ch, "reader of a frozen tier")
 			thaw()
 			a := within(t, ch, "reader after the thaw")
@@ -149,7 +149,7 @@ func TestStalledSharedTierPassedOver(t *testing.T) {
 	thaw := stall()
 	clk.Advance(3 * testGrace) // 5 delays since the stuck read began
 	loader := &countingLoader{}
-	ch := getAsync(t, ns, "cold", loader)
+	ch := getAsync(t, ns, "cold", loader.Load)
 	t.Cleanup(thaw) // before the wait for this reader, should it be waiting on the tier
 	a := within(t, ch, "reader of a key the frozen tier holds, nothing in memory")
 	if a.err != nil || a.res.Source != holdfast.SourceLoaded || string(a.res.Value) != "v1:cold" {
@@ -158,7 +158,7 @@ func TestStalledSharedTierPassedOver(t *testing.T) {
 	if st := ns.Stats(); st.Get("shared.bypassed") != 1 || loader.calls.Load() != 1 {
 		t.Fatalf("shared bypassed %d, loads %d; want 1, 1", st.Get("shared.bypassed"), loader.calls.Load())
 	}
-	a = within(t, getAsync(t, ns, "k", &countingLoader{}), "reader with a value in memory")
+	a = within(t, getAsync(t, ns, "k", (&countingLoader{}).Load), "reader with a value in memory")
 	if a.err != nil || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) {
 		t.Fatalf("got %q from %v (%v); want memory-on-slow-read", a.res.Value, a.res.Source, a.err)
 	}
@@ -175,7 +175,7 @@ func TestSlowSharedReadPastHardOnlyWhileTierFails(t *testing.T) {
 	clk.Advance(2 * time.Second)
 
 	thaw := stall()
-	ch := getAsync(t, ns, "k", &countingLoader{})
+	ch := getAsync(t, ns, "k", (&countingLoader{}).Load)
 	stillWaiting(t, ch, "reader of a past-hard value, the tier not failing")
 	thaw()
 	if a := within(t, ch, "reader after the thaw"); a.err != nil || a.res.Reason == holdfast.ReasonTierSlow {
@@ -184,10 +184,10 @@ func TestSlowSharedReadPastHardOnlyWhileTierFails(t *testing.T) {
 
 	// The tier fails a read, then freezes.
 	shared.Fail(errors.New("down"))
-	mustGet(t, ns, "x", &countingLoader{})
+	mustGet(t, ns, "x", (&countingLoader{}).Load)
 	shared.Fail(nil)
 	stall()
-	a := within(t, getAsync(t, ns, "j", &countingLoader{}), "reader of a past-hard value, the tier failing")
+	a := within(t, getAsync(t, ns, "j", (&countingLoader{}).Load), "reader of a past-hard value, the tier failing")
 	if a.err != nil || string(a.res.Value) != "v1:j" || (a.res.Source != holdfast.SourceMemory || a.res.Reason != holdfast.ReasonTierSlow) || !a.res.Stale() {
 		t.Fatalf("got %q from %v (stale %v, %v); want v1:j, memory-on-slow-read, stale", a.res.Value, a.res.Source, a.res.Stale(), a.err)
 	}
@@ -203,9 +203,9 @@ func TestSlowSharedReadGetMany(t *testing.T) {
 	}
 	ch := make(chan many, 1)
 	go func() {
-		res, errs := ns.GetMany(context.Background(), []string{"k", "j"}, holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		res, errs := ns.GetMany(context.Background(), []string{"k", "j"}, func(ctx context.Context, keys []string) (map[string][]byte, error) {
 			return nil, errors.New("no load expected")
-		}))
+		})
 		ch <- many{res, errs}
 	}()
 	select {
@@ -230,7 +230,7 @@ func TestHealthySharedTierNeverAnswersFromMemory(t *testing.T) {
 	ns, _, _, _ := slowReadNS(t, holdfast.Policy{SlowReadGrace: 200 * time.Millisecond, Hot: holdfast.HotPolicy{MaxBytes: -1}})
 	l := &countingLoader{}
 	for i := range 2000 {
-		mustGet(t, ns, []string{"k", "j"}[i%2], l)
+		mustGet(t, ns, []string{"k", "j"}[i%2], l.Load)
 	}
 	if st := ns.Stats(); st.Get("memory_on_slow_read") != 0 || st.Get("shared.hits") < 2000 {
 		t.Fatalf("memory on slow read %d, shared hits %d; want 0, 2000", st.Get("memory_on_slow_read"), st.Get("shared.hits"))

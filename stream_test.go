@@ -56,16 +56,16 @@ func TestInvalidationHeardByEveryProcess(t *testing.T) {
 	src := &source{}
 	a := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
 	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
-	mustGet(t, b, "p1", src)
+	mustGet(t, b, "p1", src.Load)
 	settle(t, b, "p1")
-	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, b, "p1", src.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("b's second read from %v, want its hot tier", res.Source)
 	}
 	want := src.update("p1")
 	if err := a.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b to serve the update", func() bool { return string(mustGet(t, b, "p1", src).Value) == want })
+	eventually(t, "b to serve the update", func() bool { return string(mustGet(t, b, "p1", src.Load).Value) == want })
 	eventually(t, "b's counters", func() bool { return b.Stats().Get("invalidations.applied") == 1 })
 	sa, sb := a.Stats(), b.Stats()
 	if sa.Get("invalidations.sent") != 1 || sb.Get("invalidations.heard") != 1 || sb.Get("invalidations.applied") != 1 {
@@ -90,7 +90,7 @@ func TestUnheardStreamKeepsTheHotTierThenEmptiesIt(t *testing.T) {
 	p.Hot.MaxUnheard = 10 * time.Second
 	a := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
 	b := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
-	old := string(mustGet(t, b, "p1", src).Value)
+	old := string(mustGet(t, b, "p1", src.Load).Value)
 	settle(t, b, "p1")
 
 	shared.Deafen()
@@ -100,7 +100,7 @@ func TestUnheardStreamKeepsTheHotTierThenEmptiesIt(t *testing.T) {
 	}
 	clk.Advance(9 * time.Second)
 	time.Sleep(200 * time.Millisecond) // several of the watcher's looks
-	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot || string(res.Value) != old {
+	if res := mustGet(t, b, "p1", src.Load); res.Source != holdfast.SourceHot || string(res.Value) != old {
 		t.Fatalf("9 s unheard: %q from %v, want the hot copy %q (no flush)", res.Value, res.Source, old)
 	}
 	if st := b.Stats(); st.Get("stream.unheard") < 9000 {
@@ -108,18 +108,18 @@ func TestUnheardStreamKeepsTheHotTierThenEmptiesIt(t *testing.T) {
 	}
 	clk.Advance(2 * time.Second)
 	eventually(t, "the hot tier to be emptied", func() bool { return b.Stats().Get("hot.entries") == 0 })
-	res := mustGet(t, b, "p1", src)
+	res := mustGet(t, b, "p1", src.Load)
 	if res.Source == holdfast.SourceHot || string(res.Value) == old {
 		t.Fatalf("11 s unheard: %q from %v", res.Value, res.Source)
 	}
-	mustGet(t, b, "p1", src)
+	mustGet(t, b, "p1", src.Load)
 	if st := b.Stats(); st.Get("hot.entries") != 0 {
 		t.Fatalf("the hot tier admitted %d entries while unheard", st.Get("hot.entries"))
 	}
 
 	shared.Hear()
 	eventually(t, "the hot tier to admit again", func() bool {
-		mustGet(t, b, "p1", src)
+		mustGet(t, b, "p1", src.Load)
 		return b.Stats().Get("hot.entries") == 1 && b.Stats().Get("stream.unheard") == 0
 	})
 }
@@ -133,7 +133,7 @@ func TestStreamHeardAgainRevalidatesTheHotTier(t *testing.T) {
 	a := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
 	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
 	for _, k := range []string{"p1", "p2", "p3"} {
-		mustGet(t, b, k, src)
+		mustGet(t, b, k, src.Load)
 		settle(t, b, k)
 	}
 	before := b.Stats()
@@ -143,7 +143,7 @@ func TestStreamHeardAgainRevalidatesTheHotTier(t *testing.T) {
 	if err := a.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
 	}
-	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, b, "p1", src.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("b read p1 from %v during the gap, want its hot copy", res.Source)
 	}
 	shared.Hear()
@@ -151,10 +151,10 @@ func TestStreamHeardAgainRevalidatesTheHotTier(t *testing.T) {
 	if st := b.Stats(); st.Get("revalidation.dropped")-before.Get("revalidation.dropped") != 1 || st.Get("hot.entries") != 2 {
 		t.Fatalf("dropped %d, %d left; want p1 dropped, p2 and p3 kept", st.Get("revalidation.dropped")-before.Get("revalidation.dropped"), st.Get("hot.entries"))
 	}
-	if res := mustGet(t, b, "p1", src); string(res.Value) != want {
+	if res := mustGet(t, b, "p1", src.Load); string(res.Value) != want {
 		t.Fatalf("after the revalidation b read %q from %v, want %q", res.Value, res.Source, want)
 	}
-	if res := mustGet(t, b, "p2", src); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, b, "p2", src.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("p2 from %v after the revalidation, want its kept hot copy", res.Source)
 	}
 }
@@ -170,7 +170,7 @@ func TestInvalidationHeardDemotesLastKnownGood(t *testing.T) {
 	a := newListeningNS(t, holdfast.Options{Shared: shared}, p)
 	b := newListeningNS(t, holdfast.Options{Shared: shared}, p)
 	for _, k := range []string{"p1", "p2"} {
-		mustGet(t, b, k, src)
+		mustGet(t, b, k, src.Load)
 		settle(t, b, k)
 		src.update(k)
 	}
@@ -179,11 +179,11 @@ func TestInvalidationHeardDemotesLastKnownGood(t *testing.T) {
 	}
 	eventually(t, "b to hear both", func() bool { return b.Stats().Get("invalidations.applied") == 2 })
 	shared.Fail(inmem.ErrInjected)
-	if res := mustGet(t, b, "p1", src); string(res.Value) != "p1@1" {
+	if res := mustGet(t, b, "p1", src.Load); string(res.Value) != "p1@1" {
 		t.Fatalf("shared tier down, source up: %q from %v, want the update p1@1", res.Value, res.Source)
 	}
 	src.fail(errors.New("db down"))
-	res, err := b.Get(context.Background(), "p2", src)
+	res, err := b.Get(context.Background(), "p2", src.Load)
 	if err != nil || !res.Stale() || string(res.Value) != "p2@0" {
 		t.Fatalf("shared tier and source down: %q from %v (%v), want the demoted p2@0, stale", res.Value, res.Source, err)
 	}
@@ -198,14 +198,14 @@ func TestWarmStartFromTheSharedHotSet(t *testing.T) {
 	opts := holdfast.Options{Shared: shared, HotShareInterval: 20 * time.Millisecond}
 	a := newListeningNS(t, opts, p)
 	for range 2000 {
-		mustGet(t, a, "viral", src)
+		mustGet(t, a, "viral", src.Load)
 	}
 	settle(t, a, "viral")
 	eventually(t, "a to publish its hot key", func() bool { return a.Stats().Get("shared_hot_keys") == 1 })
 
 	b := newListeningNS(t, opts, p)
 	eventually(t, "b's warm start", func() bool { return b.Stats().Get("warm_start.keys") == 1 })
-	if res := mustGet(t, b, "viral", src); res.Source != holdfast.SourceHot || string(res.Value) != "viral@0" {
+	if res := mustGet(t, b, "viral", src.Load); res.Source != holdfast.SourceHot || string(res.Value) != "viral@0" {
 		t.Fatalf("b's first read: %q from %v, want viral@0 from the hot tier", res.Value, res.Source)
 	}
 	if st := b.Stats(); st.Get("warm_start.bytes") == 0 || st.Get("loads") != 0 {
@@ -214,7 +214,7 @@ func TestWarmStartFromTheSharedHotSet(t *testing.T) {
 	p.Hot.NoWarmStart = true
 	c := newListeningNS(t, opts, p)
 	time.Sleep(50 * time.Millisecond)
-	if res := mustGet(t, c, "viral", src); res.Source == holdfast.SourceHot {
+	if res := mustGet(t, c, "viral", src.Load); res.Source == holdfast.SourceHot {
 		t.Fatal("NoWarmStart: the first read came from the hot tier")
 	}
 }
@@ -239,7 +239,7 @@ func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
 	p := holdfast.Policy{TTL: time.Second, StaleIfError: 10 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	a := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
 	b := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
-	mustGet(t, b, "p1", src)
+	mustGet(t, b, "p1", src.Load)
 	src.update("p1")
 	if err := a.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
@@ -248,7 +248,7 @@ func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
 	clk.Advance(10500 * time.Millisecond) // past hard (1 s), within hard + 10 s
 	shared.Fail(inmem.ErrInjected)
 	src.fail(errors.New("db down"))
-	res, err := b.Get(context.Background(), "p1", src)
+	res, err := b.Get(context.Background(), "p1", src.Load)
 	if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) || string(res.Value) != "p1@0" {
 		t.Fatalf("10.5 s on, shared tier and source down: %q from %v (%v), want p1@0 stale-on-error", res.Value, res.Source, err)
 	}
@@ -263,7 +263,7 @@ func TestRevalidationWaitsForALoadsWrite(t *testing.T) {
 	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
 	shared.Deafen()
 	thaw := shared.StallSets()
-	if res := mustGetNoSettle(t, b, "p1", src); res.Source != holdfast.SourceLoaded {
+	if res := mustGetNoSettle(t, b, "p1", src.Load); res.Source != holdfast.SourceLoaded {
 		t.Fatalf("first read from %v", res.Source)
 	}
 	shared.Hear()
@@ -275,7 +275,7 @@ func TestRevalidationWaitsForALoadsWrite(t *testing.T) {
 	if st := b.Stats(); st.Get("revalidation.dropped") != 0 {
 		t.Fatalf("the copy whose write was on its way was dropped (%d)", st.Get("revalidation.dropped"))
 	}
-	if res := mustGet(t, b, "p1", src); res.Source != holdfast.SourceHot {
+	if res := mustGet(t, b, "p1", src.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("p1 from %v after the revalidation, want its kept hot copy", res.Source)
 	}
 }
@@ -304,12 +304,12 @@ func TestOvertakenLoadStaysAFallback(t *testing.T) {
 	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
 
 	read, release := make(chan struct{}), make(chan struct{})
-	gated := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	gated := func(ctx context.Context, key string) ([]byte, error) {
 		v, err := src.Load(ctx, key)
 		close(read)
 		<-release
 		return v, err
-	})
+	}
 	done := make(chan holdfast.Result, 1)
 	go func() {
 		res, err := b.Get(context.Background(), "p1", gated)
@@ -335,7 +335,7 @@ func TestOvertakenLoadStaysAFallback(t *testing.T) {
 	}
 
 	src.fail(errors.New("database down"))
-	res, err := b.Get(context.Background(), "p1", src)
+	res, err := b.Get(context.Background(), "p1", src.Load)
 	if err != nil {
 		t.Fatalf("read with the database down: %v, want the value b was served, from last-known-good", err)
 	}

@@ -48,7 +48,7 @@ func (t *Typed[T]) Namespace() *Namespace { return t.ns }
 // Get is Namespace.Get for values of type T. Bytes that do not decode are
 // an error, not a panic; the caller should invalidate the key.
 func (t *Typed[T]) Get(ctx context.Context, key string, load func(ctx context.Context, key string) (T, error)) (T, Result, error) {
-	res, err := t.ns.Get(ctx, key, LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	res, err := t.ns.Get(ctx, key, func(ctx context.Context, key string) ([]byte, error) {
 		v, err := load(ctx, key)
 		if err != nil {
 			return nil, err
@@ -58,7 +58,7 @@ func (t *Typed[T]) Get(ctx context.Context, key string, load func(ctx context.Co
 			return nil, fmt.Errorf("holdfast: encode %s value: %w", t.ns.name, err)
 		}
 		return b, nil
-	}))
+	})
 	var zero T
 	if err != nil {
 		return zero, res, err
@@ -75,7 +75,7 @@ func (t *Typed[T]) Get(ctx context.Context, key string, load func(ctx context.Co
 // succeeded). load returns the values it found; keys it leaves out are not
 // found.
 func (t *Typed[T]) GetMany(ctx context.Context, keys []string, load func(ctx context.Context, keys []string) (map[string]T, error)) (vals []T, results []Result, errs []error) {
-	results, errs = t.ns.GetMany(ctx, keys, BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	results, errs = t.ns.GetMany(ctx, keys, func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		found, err := load(ctx, keys)
 		if err != nil {
 			return nil, err
@@ -89,7 +89,7 @@ func (t *Typed[T]) GetMany(ctx context.Context, keys []string, load func(ctx con
 			out[k] = b
 		}
 		return out, nil
-	}))
+	})
 	vals = make([]T, len(keys))
 	for i, res := range results {
 		if errs != nil && errs[i] != nil {

@@ -135,7 +135,7 @@ func newHoldfastReaderWith(opts holdfast.Options, p holdfast.Policy, rounds int,
 		setup(c)
 	}
 	ns, _ := c.Namespace("product", p)
-	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return v, nil })
+	load := func(context.Context, string) ([]byte, error) { return v, nil }
 	for range rounds {
 		for _, k := range ks {
 			if _, err := ns.Get(context.Background(), k, load); err != nil {
@@ -269,11 +269,11 @@ func BenchmarkStampede(b *testing.B) {
 		defer c.Close()
 		ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour})
 		var loads atomic.Int64
-		load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+		load := func(context.Context, string) ([]byte, error) {
 			loads.Add(1)
 			time.Sleep(time.Millisecond)
 			return v, nil
-		})
+		}
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			key := "cold:" + strconv.Itoa(i)
@@ -340,11 +340,11 @@ func stampede(n int, read func()) {
 // loader and no shared tier. Every iteration reads a key never seen.
 func BenchmarkMissLoad(b *testing.B) {
 	v := value()
-	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return v, nil })
+	load := func(context.Context, string) ([]byte, error) { return v, nil }
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			if _, err := load.Load(context.Background(), "k"); err != nil {
+			if _, err := load(context.Background(), "k"); err != nil {
 				b.Fatal(err)
 			}
 		}

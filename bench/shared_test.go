@@ -74,7 +74,7 @@ func newHoldfastShared(tb testing.TB, addr string) holdfastShared {
 		tb.Fatal(err)
 	}
 	ks, v := keys(hitKeys), value()
-	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return v, nil })
+	load := func(context.Context, string) ([]byte, error) { return v, nil }
 	ctx := context.Background()
 	for _, k := range ks {
 		if _, err := ns.Get(ctx, k, load); err != nil {

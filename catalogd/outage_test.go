@@ -75,7 +75,7 @@ type outageRig struct {
 	ns   *holdfast.Namespace
 }
 
-func newOutageRig(t *testing.T, srv *redistest.Server, load holdfast.LoaderFunc) *outageRig {
+func newOutageRig(t *testing.T, srv *redistest.Server, load holdfast.Loader) *outageRig {
 	t.Helper()
 	r := &outageRig{logs: &records{}, reg: prometheus.NewRegistry()}
 	log := slog.New(r.logs)
@@ -170,7 +170,7 @@ func (r *outageRig) breakerOpen(t *testing.T) {
 	}
 }
 
-var loadOK = holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
+var loadOK = func(context.Context, string) ([]byte, error) { return []byte("v"), nil }
 
 func TestOutageRedisMissingAtStart(t *testing.T) {
 	srv := redistest.Standalone(t)
@@ -223,7 +223,7 @@ func TestSlowDatabaseIsNoTierOutage(t *testing.T) {
 	srv := redistest.Standalone(t)
 	var mu sync.Mutex
 	mode := "ok"
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := func(ctx context.Context, key string) ([]byte, error) {
 		mu.Lock()
 		m := mode
 		mu.Unlock()
@@ -238,7 +238,7 @@ func TestSlowDatabaseIsNoTierOutage(t *testing.T) {
 			return nil, errors.New("database down")
 		}
 		return []byte("v"), nil
-	})
+	}
 	r := newOutageRig(t, srv, load)
 	r.waitSeen(t, 20*time.Second, 1, "capabilities=")
 	for _, m := range []string{"slow", "down"} {

@@ -74,10 +74,10 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 		Hot:   holdfast.HotPolicy{Threshold: -1}}
 	ns := namespace(t, c, "product", p)
 	var calls atomic.Int64
-	ok := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	ok := func(ctx context.Context, key string) ([]byte, error) {
 		calls.Add(1)
 		return []byte("v:" + key), nil
-	})
+	}
 	get := func(key string, l holdfast.Loader) holdfast.Result {
 		t.Helper()
 		res, err := ns.Get(ctx, key, l)
@@ -92,10 +92,10 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 	// Another process holds p2's lease and loads slowly: a lease wait.
 	other := namespace(t, newCache(t, holdfast.Options{Shared: shared}), "product", p)
 	gate := make(chan struct{})
-	go other.Get(ctx, "p2", holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	go other.Get(ctx, "p2", func(ctx context.Context, key string) ([]byte, error) {
 		<-gate
 		return []byte("v:p2"), nil
-	}))
+	})
 	waitFor(t, "the other process's lease", func() bool { return other.Stats().Get("leases.taken") == 1 })
 	// The other process's load ends once this one waits for it: on a busy
 	// machine a timer could end it before this read began, and the read
@@ -117,7 +117,7 @@ func script(ctx context.Context, t *testing.T, o holdfast.Options) (*holdfast.Na
 	}
 	waitFor(t, "the refresh", func() bool { return ns.Stats().Get("loads") == 2 && !testhook.Loading(ns, "p1") })
 	// A load error.
-	if _, err := ns.Get(ctx, "p3", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return nil, errors.New("db down") })); err == nil {
+	if _, err := ns.Get(ctx, "p3", func(context.Context, string) ([]byte, error) { return nil, errors.New("db down") }); err == nil {
 		t.Fatal("p3: no error from a failing loader")
 	}
 	return ns, c
@@ -133,7 +133,7 @@ func TestMetricsEqualStats(t *testing.T) {
 	if _, err := holdfastotel.Register(mp, c, holdfastotel.Options{}); err == nil {
 		t.Fatal("a second Exporter of the same cache was accepted")
 	}
-	ns.Get(context.Background(), "p4", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("x"), nil }))
+	ns.Get(context.Background(), "p4", func(context.Context, string) ([]byte, error) { return []byte("x"), nil })
 	waitFor(t, "p4's flight", func() bool { return !testhook.Loading(ns, "p4") })
 
 	var rm metricdata.ResourceMetrics
@@ -293,17 +293,17 @@ func TestLoadCallsAndKeys(t *testing.T) {
 	}
 	ns := namespace(t, c, "product", holdfast.Policy{})
 	ctx := context.Background()
-	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	batch := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		out := make(map[string][]byte, len(keys))
 		for _, k := range keys {
 			out[k] = []byte("v")
 		}
 		return out, nil
-	})
+	}
 	if _, errs := ns.GetMany(ctx, []string{"p1", "p2", "p3"}, batch); errs != nil {
 		t.Fatal(errs)
 	}
-	if _, err := ns.Get(ctx, "p4", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })); err != nil {
+	if _, err := ns.Get(ctx, "p4", func(context.Context, string) ([]byte, error) { return []byte("v"), nil }); err != nil {
 		t.Fatal(err)
 	}
 	var rm metricdata.ResourceMetrics

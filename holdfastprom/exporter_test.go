@@ -66,19 +66,19 @@ func exported(t *testing.T) (reg *prom.Registry, exp *Exporter, ns *holdfast.Nam
 // loader call for 3 keys, beside a Get's one for one.
 func TestExporterReportsCounters(t *testing.T) {
 	reg, exp, ns := exported(t)
-	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
+	load := func(context.Context, string) ([]byte, error) { return []byte("v"), nil }
 	for range 3 {
 		if _, err := ns.Get(context.Background(), "p1", load); err != nil {
 			t.Fatal(err)
 		}
 	}
-	batch := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	batch := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		out := make(map[string][]byte, len(keys))
 		for _, k := range keys {
 			out[k] = []byte("v")
 		}
 		return out, nil
-	})
+	}
 	if _, errs := ns.GetMany(context.Background(), []string{"p2", "p3", "p4"}, batch); errs != nil {
 		t.Fatal(errs)
 	}
@@ -138,7 +138,7 @@ func TestHotKeyLabelsAreOptIn(t *testing.T) {
 		if _, err := RegisterWith(reg, c, o); err != nil {
 			t.Fatal(err)
 		}
-		load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
+		load := func(context.Context, string) ([]byte, error) { return []byte("v"), nil }
 		for _, key := range []struct{ ns, key string }{{"product", "42"}, {"search", "alice's secret query"}} {
 			ns, err := c.Namespace(key.ns, holdfast.Policy{})
 			if err != nil {

@@ -187,7 +187,7 @@ func exerciseACL(t *testing.T, nodes []*redistest.Server, cluster bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := holdfast.LoaderFunc(func(_ context.Context, key string) ([]byte, error) { return []byte("v-" + key), nil })
+	load := func(_ context.Context, key string) ([]byte, error) { return []byte("v-" + key), nil }
 	for i := 0; i < 3; i++ {
 		if res, err := ns.Get(ctx, "k1", load); err != nil || string(res.Value) != "v-k1" {
 			t.Fatalf("Cache Get = %q, %v", res.Value, err)

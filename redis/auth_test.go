@@ -83,10 +83,10 @@ func TestWrongPasswordLazy(t *testing.T) {
 	ns := authCache(t, lz)
 
 	loads := 0
-	load := holdfast.LoaderFunc(func(_ context.Context, key string) ([]byte, error) {
+	load := func(_ context.Context, key string) ([]byte, error) {
 		loads++
 		return []byte("v-" + key), nil
-	})
+	}
 	ctx := ctxT(t, 30*time.Second)
 	// 300 reads over about 1.5 s: long enough for Lazy to try a few times.
 	deadline := time.Now().Add(10 * time.Second)
@@ -129,7 +129,7 @@ func TestWrongPasswordAfterStart(t *testing.T) {
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}, Username: "holdfast", Password: aclPassword, KeyPrefix: aclPrefix,
 		ReadBudget: time.Second, Logger: logger, Breaker: BreakerOptions{OpenTimeout: 100 * time.Millisecond, MaxOpenTimeout: 200 * time.Millisecond}})
 	ns := authCache(t, tr)
-	load := holdfast.LoaderFunc(func(_ context.Context, key string) ([]byte, error) { return []byte("v-" + key), nil })
+	load := func(_ context.Context, key string) ([]byte, error) { return []byte("v-" + key), nil }
 	ctx := ctxT(t, 60*time.Second)
 
 	read := func(i int) holdfast.Result {

@@ -117,7 +117,7 @@ func parseChaosValue(b []byte) (string, uint64, bool) {
 
 // loader is process proc's database client.
 func (db *chaosDB) loader(proc int) holdfast.Loader {
-	return holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	return func(ctx context.Context, key string) ([]byte, error) {
 		db.loads[proc].Add(1)
 		i, ok := chaosKeyIndex(key)
 		if !ok || i >= len(db.keys) {
@@ -149,7 +149,7 @@ func (db *chaosDB) loader(proc int) holdfast.Loader {
 			return nil, errChaosDBDown
 		}
 		return chaosValue(key, v), nil
-	})
+	}
 }
 
 // bump moves key i to its next version and returns the version it

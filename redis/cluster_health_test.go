@@ -294,12 +294,12 @@ func cacheOver(t *testing.T, tr *Tier) (*holdfast.Namespace, holdfast.Loader, *a
 		t.Fatal(err)
 	}
 	var dbDown atomic.Bool
-	loader := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	loader := func(ctx context.Context, key string) ([]byte, error) {
 		if dbDown.Load() {
 			return nil, errors.New("database unavailable")
 		}
 		return []byte("v" + key), nil
-	})
+	}
 	return ns, loader, &dbDown
 }
 

@@ -127,11 +127,11 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 			const processes, goroutines = 4, 250
 			key := fmt.Sprint("cold-", leases)
 			var loads atomic.Int64
-			loader := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+			loader := func(ctx context.Context, key string) ([]byte, error) {
 				loads.Add(1)
 				time.Sleep(200 * time.Millisecond)
 				return []byte("v"), nil
-			})
+			}
 			nss := make([]*holdfast.Namespace, processes)
 			for i := range nss {
 				// Budgets far above a loaded machine's stalls: a Lease
@@ -143,7 +143,7 @@ func TestLeasesAcrossProcesses(t *testing.T) {
 				// what is measured.
 				nss[i] = newCacheOn(t, o, holdfast.Policy{Lease: holdfast.LeasePolicy{Enabled: leases}, SlowReadGrace: -1, Hot: holdfast.HotPolicy{MaxBytes: -1}}, nil)
 			}
-			warm := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("w"), nil })
+			warm := func(context.Context, string) ([]byte, error) { return []byte("w"), nil }
 			if _, err := nss[0].Get(context.Background(), "warm", warm); err != nil {
 				t.Fatal(err)
 			}
@@ -236,10 +236,10 @@ func holdLeaseForever(addr string) {
 	}
 	c, _ := holdfast.New(holdfast.Options{Shared: tr, Logger: quiet})
 	ns, _ := c.Namespace("product", holdfast.Policy{LoadTimeout: time.Hour, Lease: holdfast.LeasePolicy{Enabled: true, TTL: 2 * time.Second}})
-	ns.Get(context.Background(), "held", holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+	ns.Get(context.Background(), "held", func(context.Context, string) ([]byte, error) {
 		fmt.Println("loading") // the parent kills us now
 		select {}
-	}))
+	})
 }
 
 func TestLeaseHolderKilled(t *testing.T) {
@@ -269,11 +269,11 @@ func TestLeaseHolderKilled(t *testing.T) {
 
 	const leaseTTL, load = 2 * time.Second, 100 * time.Millisecond
 	var loads atomic.Int64
-	loader := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+	loader := func(context.Context, string) ([]byte, error) {
 		loads.Add(1)
 		time.Sleep(load)
 		return []byte("v"), nil
-	})
+	}
 	var wg sync.WaitGroup
 	var worst atomic.Int64
 	for range 3 {
@@ -324,11 +324,11 @@ func staleSetRace(t *testing.T, wrap func(tier.Tier) tier.Tier) {
 	for i := range rounds {
 		key := strconv.Itoa(i % 50)
 		delay := time.Duration(rand.IntN(2000)) * time.Microsecond
-		loader := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+		loader := func(context.Context, string) ([]byte, error) {
 			v := db.Load() // read the row ...
 			time.Sleep(delay)
 			return []byte(strconv.FormatInt(v, 10)), nil // ... and return it late
-		})
+		}
 		loadDone := make(chan struct{})
 		go func() {
 			defer close(loadDone)
@@ -374,9 +374,9 @@ func TestInvalidateWhileFrozen(t *testing.T) {
 	raw := rawClient(t, srv.Addr())
 	ctx := context.Background()
 	var version atomic.Int64
-	loader := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+	loader := func(context.Context, string) ([]byte, error) {
 		return []byte(strconv.FormatInt(version.Load(), 10)), nil
-	})
+	}
 	if res, err := ns.Get(ctx, "p1", loader); err != nil || string(res.Value) != "0" {
 		t.Fatalf("first read: %q %v", res.Value, err)
 	}
@@ -416,14 +416,14 @@ func TestStaleFromRedisWhenTheDatabaseIsDown(t *testing.T) {
 	p := holdfast.Policy{TTL: 200 * time.Millisecond, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}}
 	writer := newCache(t, []string{srv.Addr()}, p)
 	reader := newCache(t, []string{srv.Addr()}, p)
-	ok := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) { return []byte("v:" + key), nil })
+	ok := func(ctx context.Context, key string) ([]byte, error) { return []byte("v:" + key), nil }
 	for i := range 20 {
 		if _, err := writer.Get(context.Background(), strconv.Itoa(i), ok); err != nil {
 			t.Fatal(err)
 		}
 	}
 	time.Sleep(300 * time.Millisecond) // past hard
-	down := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return nil, errors.New("db down") })
+	down := func(context.Context, string) ([]byte, error) { return nil, errors.New("db down") }
 	for i := range 20 {
 		res, err := reader.Get(context.Background(), strconv.Itoa(i), down)
 		if err != nil || res.Source != holdfast.SourceShared || res.Reason != holdfast.ReasonSourceFailed || !res.Stale() || string(res.Value) != "v:"+strconv.Itoa(i) {

@@ -66,9 +66,9 @@ func newWriter(t *testing.T, name string, cl *redistest.RedisCluster, o Options,
 		t.Fatal(err)
 	}
 	w.version.Store(1)
-	w.loader = holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+	w.loader = func(context.Context, string) ([]byte, error) {
 		return []byte(strconv.FormatInt(w.version.Load(), 10)), nil
-	})
+	}
 	return w
 }
 

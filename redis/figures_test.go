@@ -200,7 +200,7 @@ func newHoldfastSystem(t *testing.T, name string, cfg figureConfig, hot holdfast
 	return &figureSystem{
 		name: name, srv: srv, db: db, holdfast: true,
 		get: func(ctx context.Context, key string) error {
-			res, err := ns.Get(ctx, key, db)
+			res, err := ns.Get(ctx, key, db.Load)
 			if err != nil {
 				return err
 			}

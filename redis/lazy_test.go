@@ -29,7 +29,7 @@ func TestLazyStartsWithRedisDown(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 	ns, _ := c.Namespace("product", holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}, StaleIfError: time.Minute})
-	load := holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
+	load := func(context.Context, string) ([]byte, error) { return []byte("v"), nil }
 	ctx := context.Background()
 	if _, _, err := l.Get(ctx, "k"); !errors.Is(err, tier.ErrBypassed) {
 		t.Fatalf("before connecting: err = %v, want ErrBypassed", err)

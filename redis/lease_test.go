@@ -72,11 +72,11 @@ func TestLeaseOfAProcessWhoseOtherPrimaryFroze(t *testing.T) {
 	var aErr error
 	var aDone sync.WaitGroup
 	aDone.Go(func() {
-		aRes, aErr = a.Get(ctx, key, holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+		aRes, aErr = a.Get(ctx, key, func(context.Context, string) ([]byte, error) {
 			close(loading)
 			time.Sleep(400 * time.Millisecond)
 			return []byte("new"), nil
-		}))
+		})
 	})
 	<-loading
 	frozen.Freeze()
@@ -98,10 +98,10 @@ func TestLeaseOfAProcessWhoseOtherPrimaryFroze(t *testing.T) {
 
 	start := time.Now()
 	var bLoads atomic.Int64
-	res, err := b.Get(ctx, key, holdfast.LoaderFunc(func(context.Context, string) ([]byte, error) {
+	res, err := b.Get(ctx, key, func(context.Context, string) ([]byte, error) {
 		bLoads.Add(1)
 		return []byte("from B"), nil
-	}))
+	})
 	took := time.Since(start)
 	close(stop)
 	watch.Wait()

@@ -77,9 +77,9 @@ func TestLevelingSparesTheLoneNode(t *testing.T) {
 	off := newLevelProcess(t, cl.Addrs(), -1)
 
 	const keys = 600
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := func(ctx context.Context, key string) ([]byte, error) {
 		return []byte("value of " + key), nil
-	})
+	}
 	for i := range keys {
 		for _, p := range []levelProcess{on, off} {
 			if _, err := p.ns.Get(ctx, "k"+strconv.Itoa(i), load); err != nil {

@@ -18,7 +18,7 @@ func TestLoaderSetLifetimeIsRedisTTL(t *testing.T) {
 	rc := rawClient(t, srv.Addr())
 	p := holdfast.Policy{TTL: time.Hour, StaleIfError: 2 * time.Second, Lifetime: holdfast.LifetimeBounds{MaxStaleIfError: time.Minute}}
 	ns := newCacheOn(t, Options{Addrs: []string{srv.Addr()}}, p, nil)
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := func(ctx context.Context, key string) ([]byte, error) {
 		switch key {
 		case "low-stock":
 			holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: time.Second})
@@ -28,7 +28,7 @@ func TestLoaderSetLifetimeIsRedisTTL(t *testing.T) {
 			holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: time.Second, StaleIfError: -1})
 		}
 		return []byte("v"), nil
-	})
+	}
 	ctx := context.Background()
 	for _, k := range []string{"low-stock", "plenty", "long-window", "no-window"} {
 		if _, err := ns.Get(ctx, k, load); err != nil {

@@ -186,7 +186,7 @@ func midLoad(t *testing.T, rp *readPath, key string, readers int, fail func()) *
 	defer cancel()
 	for range readers {
 		go func() {
-			res, err := rp.ns.Get(ctx, key, l)
+			res, err := rp.ns.Get(ctx, key, l.Load)
 			answers <- answer{res, err}
 		}()
 	}
@@ -256,11 +256,11 @@ func TestReadPathKilledMidLoad(t *testing.T) {
 
 	l := &countingLoader{}
 	for i := 0; i < 50; i++ {
-		res := rp.get(t, "k1", l, redis.DefaultReadBudget+slack)
+		res := rp.get(t, "k1", l.Load, redis.DefaultReadBudget+slack)
 		if res.Source != holdfast.SourceMemory || res.Reason != holdfast.ReasonTierDown {
 			t.Fatalf("read %d after kill from %v for %v, want memory, tier down", i, res.Source, res.Reason)
 		}
-		rp.get(t, fmt.Sprint("new", i), l, redis.DefaultReadBudget+slack)
+		rp.get(t, fmt.Sprint("new", i), l.Load, redis.DefaultReadBudget+slack)
 	}
 	if n := l.n("k1"); n != 0 {
 		t.Fatalf("loader ran %d times for a key in last-known-good", n)
@@ -276,7 +276,7 @@ func TestReadPathKilledMidLoad(t *testing.T) {
 	}
 
 	rp.srv.Restart()
-	waitShared(t, rp, "k1", l, 10*time.Second)
+	waitShared(t, rp, "k1", l.Load, 10*time.Second)
 }
 
 // waitShared reads key until it is a shared-tier hit again: the breaker has
@@ -303,7 +303,7 @@ func TestReadPathFrozenMidLoad(t *testing.T) {
 	rp := newReadPath(t, redis.Options{Breaker: quickBreaker}, holdfast.Options{}, policyLKG)
 	l := &countingLoader{}
 	for i := range 10 {
-		rp.get(t, fmt.Sprint("known", i), l, time.Second)
+		rp.get(t, fmt.Sprint("known", i), l.Load, time.Second)
 	}
 	start := time.Now()
 	midLoad(t, rp, "k1", 16, rp.srv.Freeze)
@@ -336,7 +336,7 @@ func TestReadPathFrozenMidLoad(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				t0 := time.Now()
-				res, err := rp.ns.Get(ctx, key, l)
+				res, err := rp.ns.Get(ctx, key, l.Load)
 				d := time.Since(t0)
 				cancel()
 				if err != nil || !bytes.Equal(res.Value, valueOf(key)) {
@@ -425,7 +425,7 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			<-gate
-			res, err := rp.ns.Get(ctx, key, l)
+			res, err := rp.ns.Get(ctx, key, l.Load)
 			now := time.Now().UnixNano()
 			for {
 				old := latest.Load()
@@ -456,7 +456,7 @@ func failDuringPut(t *testing.T, rp *readPath, fail func()) {
 	}
 	// Later reads, with Redis still down: no second load.
 	for i := 0; i < 20; i++ {
-		res := rp.get(t, key, l, redis.DefaultReadBudget+slack)
+		res := rp.get(t, key, l.Load, redis.DefaultReadBudget+slack)
 		if res.Source != holdfast.SourceHot && !fromMemoryFor(res, holdfast.ReasonTierDown, holdfast.ReasonTierSlow) {
 			t.Fatalf("later read from %v for %v", res.Source, res.Reason)
 		}
@@ -494,13 +494,13 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 	l := &countingLoader{}
 	keys := []string{"a", "b", "c", "d"}
 	for _, k := range keys {
-		rp.get(t, k, l, time.Second)
+		rp.get(t, k, l.Load, time.Second)
 	}
 	for _, k := range keys {
 		waitFlight(t, rp, k) // the flight writes to Redis after answering
 	}
 	for _, k := range keys {
-		rp.getShared(t, "before freeze", k, l)
+		rp.getShared(t, "before freeze", k, l.Load)
 	}
 	rp.srv.Freeze()
 	deadline := time.Now().Add(5 * time.Second)
@@ -510,15 +510,15 @@ func TestReadPathRecoveryClosesBreaker(t *testing.T) {
 		}
 		// From memory once a read outlasts the slow-read delay, from
 		// last-known-good once the breaker bypasses Redis.
-		if res := rp.get(t, keys[i%len(keys)], l, redis.DefaultReadBudget+slack); !fromMemoryFor(res, holdfast.ReasonTierDown, holdfast.ReasonTierSlow) {
+		if res := rp.get(t, keys[i%len(keys)], l.Load, redis.DefaultReadBudget+slack); !fromMemoryFor(res, holdfast.ReasonTierDown, holdfast.ReasonTierSlow) {
 			t.Fatalf("frozen: from %v for %v", res.Source, res.Reason)
 		}
 	}
 	rp.srv.Thaw()
-	waitShared(t, rp, "a", l, 10*time.Second)
+	waitShared(t, rp, "a", l.Load, 10*time.Second)
 	before := rp.ns.Stats()
 	for _, k := range keys {
-		rp.getShared(t, "after thaw", k, l)
+		rp.getShared(t, "after thaw", k, l.Load)
 	}
 	after, ts := rp.ns.Stats(), rp.tier.Stats()
 	if after.Get("shared.hits")-before.Get("shared.hits") < uint64(len(keys)) || after.Get("shared.bypassed") != before.Get("shared.bypassed") || ts.BreakerState != redis.BreakerClosed {
@@ -564,7 +564,7 @@ func TestReadPathCorruptBytes(t *testing.T) {
 		return b
 	}
 	l := &countingLoader{}
-	rp.get(t, "model", l, time.Second)
+	rp.get(t, "model", l.Load, time.Second)
 	waitFlight(t, rp, "model")
 	good := stored("model")
 	if good == nil {
@@ -606,7 +606,7 @@ func TestReadPathCorruptBytes(t *testing.T) {
 
 	before := rp.ns.Stats()
 	for _, name := range names {
-		res := rp.get(t, name, l, time.Second)
+		res := rp.get(t, name, l.Load, time.Second)
 		if res.Source != holdfast.SourceLoaded {
 			t.Errorf("%s: corrupt bytes served from %v", name, res.Source)
 		}
@@ -629,7 +629,7 @@ func TestReadPathCorruptBytes(t *testing.T) {
 		}
 	}
 	for _, name := range names {
-		if res := rp.get(t, name, l, time.Second); res.Source != holdfast.SourceShared {
+		if res := rp.get(t, name, l.Load, time.Second); res.Source != holdfast.SourceShared {
 			t.Errorf("%s: after reload from %v", name, res.Source)
 		}
 	}
@@ -641,13 +641,13 @@ func TestReadPathCorruptBytes(t *testing.T) {
 		}
 	}
 	before = rp.ns.Stats()
-	bl := holdfast.BatchLoaderFunc(func(ctx context.Context, keys []string) (map[string][]byte, error) {
+	bl := func(ctx context.Context, keys []string) (map[string][]byte, error) {
 		m := make(map[string][]byte, len(keys))
 		for _, k := range keys {
 			m[k], _ = l.Load(ctx, k)
 		}
 		return m, nil
-	})
+	}
 	results, errs := rp.ns.GetMany(ctx, names, bl)
 	if errs != nil {
 		t.Fatalf("GetMany: %v", errs)
@@ -683,11 +683,11 @@ func TestReadPathOversizedRefused(t *testing.T) {
 	}
 	sizes := map[string]int{"small": 100, "tier-big": 2 << 10, "ns-big": 8 << 10}
 	var loads sync.Map
-	l := holdfast.LoaderFunc(func(_ context.Context, key string) ([]byte, error) {
+	l := func(_ context.Context, key string) ([]byte, error) {
 		n, _ := loads.LoadOrStore(key, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
 		return bytes.Repeat([]byte{'v'}, sizes[key]), nil
-	})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for key, size := range sizes {

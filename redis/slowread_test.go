@@ -54,7 +54,7 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 	timedGet := func(key string) (holdfast.Result, time.Duration) {
 		t.Helper()
 		start := time.Now()
-		res, err := rp.ns.Get(ctx, key, &countingLoader{})
+		res, err := rp.ns.Get(ctx, key, (&countingLoader{}).Load)
 		if err != nil {
 			t.Fatalf("Get %q: %v", key, err)
 		}
@@ -64,13 +64,13 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 	l := &countingLoader{}
 	keys := []string{"a", "k0", "k1", "k2", "k3", "k4", "k5"}
 	for _, k := range keys {
-		rp.get(t, k, l, time.Second)
+		rp.get(t, k, l.Load, time.Second)
 		waitFlight(t, rp, k)
 	}
 
 	// Healthy: every read is Redis's.
 	for i := range 300 {
-		if res := rp.get(t, keys[i%len(keys)], l, time.Second); res.Source != holdfast.SourceShared {
+		if res := rp.get(t, keys[i%len(keys)], l.Load, time.Second); res.Source != holdfast.SourceShared {
 			t.Fatalf("healthy read %d: from %v", i, res.Source)
 		}
 	}

@@ -257,7 +257,7 @@ func TestClusterSmearing(t *testing.T) {
 	// The key turns hot: the first reads go to the key itself; once it is
 	// hot, to a random copy, which is filled from the key when it misses.
 	v1 := fmt.Sprintf("viral=v%d", 1)
-	if seen := readMany(t, reader, "viral", src, 3000, 4); seen[v1] != 3000 {
+	if seen := readMany(t, reader, "viral", src.Load, 3000, 4); seen[v1] != 3000 {
 		t.Fatalf("values read: %v", seen)
 	}
 	st, rs := rtr.Stats(), reader.Stats()
@@ -278,7 +278,7 @@ func TestClusterSmearing(t *testing.T) {
 
 	// Hot and smeared: the three shards share the key's reads.
 	before := shardReads(rtr)
-	if seen := readMany(t, reader, "viral", src, 6000, 4); seen[v1] != 6000 {
+	if seen := readMany(t, reader, "viral", src.Load, 6000, 4); seen[v1] != 6000 {
 		t.Fatalf("values read: %v", seen)
 	}
 	after := shardReads(rtr)
@@ -299,8 +299,8 @@ func TestClusterSmearing(t *testing.T) {
 
 	// An update invalidated where the key is hot and in the hot tier: no
 	// copy and no tier answers the old value.
-	readMany(t, local, "viral", src, 2000, 4)
-	if res, err := local.Get(ctx, "viral", src); err != nil || res.Source != holdfast.SourceHot {
+	readMany(t, local, "viral", src.Load, 2000, 4)
+	if res, err := local.Get(ctx, "viral", src.Load); err != nil || res.Source != holdfast.SourceHot {
 		t.Fatalf("local read: %v, %v; want the hot tier", res.Source, err)
 	}
 	v2 := src.update("viral")
@@ -309,7 +309,7 @@ func TestClusterSmearing(t *testing.T) {
 	}
 	assertGone(t, rc, full, copies)
 	for name, ns := range map[string]*holdfast.Namespace{"reader": reader, "local": local} {
-		if seen := readMany(t, ns, "viral", src, 1500, 4); len(seen) != 1 || seen[v2] != 1500 {
+		if seen := readMany(t, ns, "viral", src.Load, 1500, 4); len(seen) != 1 || seen[v2] != 1500 {
 			t.Fatalf("%s after the invalidation read %v, want only %s", name, seen, v2)
 		}
 	}
@@ -342,7 +342,7 @@ func TestClusterSmearing(t *testing.T) {
 	// The key cools (demoted in every process), then an update is
 	// invalidated by a process that never saw it hot: the copies written
 	// while it was hot are deleted all the same.
-	readMany(t, reader, "viral", src, 2000, 4) // hot again: copies hold v3
+	readMany(t, reader, "viral", src.Load, 2000, 4) // hot again: copies hold v3
 	waitFor(t, 5*time.Second, func() bool {
 		v, ok := rawGet(t, rc, copies[0])
 		return ok && strings.HasSuffix(v, v3)

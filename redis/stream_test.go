@@ -90,10 +90,10 @@ func TestStreamPropagatesUpdates(t *testing.T) {
 			keys := []string{"p1", "p2", "p3", "p4"}
 			for _, ns := range readers {
 				for _, k := range keys {
-					get(t, ns, k, src)
+					get(t, ns, k, src.Load)
 				}
 				for _, k := range keys {
-					waitUntil(t, 5*time.Second, k+" hot", func() bool { return get(t, ns, k, src).Source == holdfast.SourceHot })
+					waitUntil(t, 5*time.Second, k+" hot", func() bool { return get(t, ns, k, src.Load).Source == holdfast.SourceHot })
 				}
 			}
 			// Beside the stream, a RESP3 client tracking the namespace's
@@ -121,12 +121,12 @@ func TestStreamPropagatesUpdates(t *testing.T) {
 				}
 				returned := time.Now()
 				for _, ns := range readers {
-					waitUntil(t, 5*time.Second, "the update of "+k, func() bool { return string(get(t, ns, k, src).Value) == want })
+					waitUntil(t, 5*time.Second, "the update of "+k, func() bool { return string(get(t, ns, k, src.Load).Value) == want })
 				}
 				lags = append(lags, time.Since(returned))
 				_ = start
 				for _, ns := range readers { // hot again before the next update
-					waitUntil(t, 5*time.Second, k+" hot again", func() bool { return get(t, ns, k, src).Source == holdfast.SourceHot })
+					waitUntil(t, 5*time.Second, k+" hot again", func() bool { return get(t, ns, k, src.Load).Source == holdfast.SourceHot })
 				}
 			}
 			if mode == "standalone" {
@@ -163,10 +163,10 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	src := &versionedSource{}
 	_, writer := newListeningCache(t, o, hotPolicy)
 	rc, reader := newListeningCache(t, o, hotPolicy)
-	old := string(get(t, reader, "p1", src).Value)
-	get(t, reader, "p2", src)
-	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src).Source == holdfast.SourceHot })
-	waitUntil(t, 5*time.Second, "p2 hot", func() bool { return get(t, reader, "p2", src).Source == holdfast.SourceHot })
+	old := string(get(t, reader, "p1", src.Load).Value)
+	get(t, reader, "p2", src.Load)
+	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src.Load).Source == holdfast.SourceHot })
+	waitUntil(t, 5*time.Second, "p2 hot", func() bool { return get(t, reader, "p2", src.Load).Source == holdfast.SourceHot })
 	probe := newTier(t, o)
 	for _, k := range []string{"product:p1", "product:p2"} {
 		waitUntil(t, 5*time.Second, k+" in Redis", func() bool { _, ok, _ := probe.Get(context.Background(), k); return ok })
@@ -179,7 +179,7 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 100 {
-		res := get(t, reader, "p1", src)
+		res := get(t, reader, "p1", src.Load)
 		if res.Source != holdfast.SourceHot || string(res.Value) != old {
 			t.Fatalf("frozen server: %q from %v, want the hot copy %q", res.Value, res.Source, old)
 		}
@@ -187,14 +187,14 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	}
 	srv.Thaw()
 	thawed := time.Now()
-	waitUntil(t, 10*time.Second, "the update after the thaw", func() bool { return string(get(t, reader, "p1", src).Value) == want })
+	waitUntil(t, 10*time.Second, "the update after the thaw", func() bool { return string(get(t, reader, "p1", src.Load).Value) == want })
 	took := time.Since(thawed)
 	t.Logf("served the update %v after the thaw", took)
 	if took > 3*time.Second {
 		t.Fatalf("the update took %v after the thaw (replay every 500 ms, a heartbeat every 100 ms)", took)
 	}
 	waitUntil(t, 5*time.Second, "the revalidation", func() bool { return reader.Stats().Get("revalidated") > 0 })
-	if res := get(t, reader, "p2", src); res.Source != holdfast.SourceHot {
+	if res := get(t, reader, "p2", src.Load); res.Source != holdfast.SourceHot {
 		t.Fatalf("p2, unchanged, from %v after the revalidation: want its hot copy kept (%+v)", res.Source, reader.Stats())
 	}
 }
@@ -206,8 +206,8 @@ func TestStreamAfterARestartEmpty(t *testing.T) {
 	o := Options{Addrs: []string{srv.Addr()}}
 	src := &versionedSource{}
 	rc, reader := newListeningCache(t, o, hotPolicy)
-	get(t, reader, "p1", src)
-	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src).Source == holdfast.SourceHot })
+	get(t, reader, "p1", src.Load)
+	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src.Load).Source == holdfast.SourceHot })
 	srv.Kill()
 	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !rc.Stream().Heard })
 	srv.Restart()
@@ -215,13 +215,13 @@ func TestStreamAfterARestartEmpty(t *testing.T) {
 	waitUntil(t, 5*time.Second, "the revalidation to drop p1", func() bool { return reader.Stats().Get("revalidation.dropped") == 1 })
 	// Another process invalidates after the restart: heard again.
 	_, writer := newListeningCache(t, o, hotPolicy)
-	get(t, reader, "p1", src)
-	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src).Source == holdfast.SourceHot })
+	get(t, reader, "p1", src.Load)
+	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src.Load).Source == holdfast.SourceHot })
 	want := src.update("p1")
 	if err := writer.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "the update", func() bool { return string(get(t, reader, "p1", src).Value) == want })
+	waitUntil(t, 5*time.Second, "the update", func() bool { return string(get(t, reader, "p1", src.Load).Value) == want })
 }
 
 // In a Cluster, the node a process listens on is killed: it subscribes on
@@ -237,8 +237,8 @@ func TestStreamMovesOffAKilledNode(t *testing.T) {
 	// invalidation: the reader listens on it at random or not, and must
 	// hear the update either way.
 	victim := cl.Replicas(ctx)[0]
-	get(t, reader, "p1", src)
-	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src).Source == holdfast.SourceHot })
+	get(t, reader, "p1", src.Load)
+	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src.Load).Source == holdfast.SourceHot })
 	victim.Kill()
 	time.Sleep(time.Second) // past a heartbeat's deadline, had the reader been on it
 	waitUntil(t, 15*time.Second, "the stream heard", func() bool { return rc.Stream().Heard })
@@ -246,7 +246,7 @@ func TestStreamMovesOffAKilledNode(t *testing.T) {
 	if err := writer.Invalidate(ctx, "p1"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "the update", func() bool { return string(get(t, reader, "p1", src).Value) == want })
+	waitUntil(t, 5*time.Second, "the update", func() bool { return string(get(t, reader, "p1", src.Load).Value) == want })
 }
 
 func FuzzDecodeAnnouncement(f *testing.F) {

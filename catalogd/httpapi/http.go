@@ -333,8 +333,8 @@ func NewHandler(cfg Config) (*Handler, error) {
 	}
 	h.loadProduct = byID(h.store.Product)
 	h.loadStock = stockLoader(h.store.Stock)
-	h.loadList = holdfast.LoaderFunc(h.listLoader)
-	h.loadSearch = holdfast.LoaderFunc(h.searchLoader)
+	h.loadList = h.listLoader
+	h.loadSearch = h.searchLoader
 
 	h.mux.HandleFunc("GET /v1/products/{id}", h.getProduct)
 	h.mux.HandleFunc("PUT /v1/products/{id}", h.updateProduct)

@@ -69,7 +69,7 @@ func notFound(err error) error {
 // byID is the loader of a namespace keyed by product id: it reads the row
 // with get and stores its JSON, which responses then write out unchanged.
 func byID[T any](get func(context.Context, int64) (T, error)) holdfast.Loader {
-	return holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	return func(ctx context.Context, key string) ([]byte, error) {
 		id, err := keyID(key)
 		if err != nil {
 			return nil, err
@@ -79,7 +79,7 @@ func byID[T any](get func(context.Context, int64) (T, error)) holdfast.Loader {
 			return nil, notFound(err)
 		}
 		return json.Marshal(v)
-	})
+	}
 }
 
 // lowStock is the stock figure under which a product's stock is kept only
@@ -93,7 +93,7 @@ const (
 
 // stockLoader loads stock by id, and gives low stock a shorter lifetime.
 func stockLoader(get func(context.Context, int64) (catalog.Stock, error)) holdfast.Loader {
-	return holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	return func(ctx context.Context, key string) ([]byte, error) {
 		id, err := keyID(key)
 		if err != nil {
 			return nil, err
@@ -106,7 +106,7 @@ func stockLoader(get func(context.Context, int64) (catalog.Stock, error)) holdfa
 			holdfast.SetLifetime(ctx, key, holdfast.Lifetime{TTL: lowStockTTL})
 		}
 		return json.Marshal(s)
-	})
+	}
 }
 
 // getProduct serves GET /v1/products/{id}: product info and stock, each read

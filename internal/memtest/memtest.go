@@ -64,13 +64,13 @@ func Fill(read func(keys []string) error, entries func() int) (int, error) {
 // last-known-good, the larger store and the last to fill.
 func FillNamespace(ns *holdfast.Namespace, valueSize int) error {
 	v := make([]byte, valueSize)
-	load := holdfast.BatchLoaderFunc(func(_ context.Context, keys []string) (map[string][]byte, error) {
+	load := func(_ context.Context, keys []string) (map[string][]byte, error) {
 		vals := make(map[string][]byte, len(keys))
 		for _, k := range keys {
 			vals[k] = v
 		}
 		return vals, nil
-	})
+	}
 	_, err := Fill(func(keys []string) error {
 		_, errs := ns.GetMany(context.Background(), keys, load)
 		return errors.Join(errs...)

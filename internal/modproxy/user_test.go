@@ -55,9 +55,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := ns.Get(context.Background(), "42", holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	res, err := ns.Get(context.Background(), "42", func(ctx context.Context, key string) ([]byte, error) {
 		return []byte("user " + key), nil
-	}))
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -45,9 +45,9 @@ func newHoldfast(size Size, valueBytes int) (Cache, error) {
 		c.Close()
 		return nil, err
 	}
-	load := holdfast.LoaderFunc(func(_ context.Context, key string) ([]byte, error) {
+	load := func(_ context.Context, key string) ([]byte, error) {
 		return value(key, valueBytes), nil
-	})
+	}
 	return &holdfastCache{c: c, ns: ns, load: load}, nil
 }
 

@@ -93,7 +93,7 @@ func newHoldfastReader(cfg ReaderConfig, tier tier.Tier) (*holdfastReader, error
 		c.Close()
 		return nil, err
 	}
-	return &holdfastReader{c: c, ns: ns, tier: tier, load: holdfast.LoaderFunc(cfg.Load)}, nil
+	return &holdfastReader{c: c, ns: ns, tier: tier, load: cfg.Load}, nil
 }
 
 // Get reads through the namespace. A read refused by holdfast's limiter
