@@ -141,9 +141,6 @@ func (r Result) Soft() time.Time { return time.Unix(0, r.soft) }
 // Hard is when the value may no longer be served as current.
 func (r Result) Hard() time.Time { return time.Unix(0, r.hard) }
 
-// Age is how long before now the value was read from the source.
-func (r Result) Age(now time.Time) time.Duration { return time.Duration(now.UnixNano() - r.origin) }
-
 // Stale reports whether the value was served past its soft time.
 func (r Result) Stale() bool { return r.pastSoft }
 

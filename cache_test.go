@@ -364,7 +364,7 @@ func TestStaleIfErrorCountsFromOrigin(t *testing.T) {
 	if err != nil || string(res.Value) != "old" || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) {
 		t.Fatalf("inside the window: %q from %v, err %v; want old, stale-on-error", res.Value, res.Source, err)
 	}
-	if age := res.Age(clk.Now()); age != 5800*time.Millisecond {
+	if age := clk.Now().Sub(res.Origin()); age != 5800*time.Millisecond {
 		t.Fatalf("age = %v, want 5.8s counted from origin", age)
 	}
 	clk.Advance(400 * time.Millisecond) // t0 + 5.7 s

@@ -5,6 +5,10 @@ package holdfast
 // that go on to break the tier or move the clock can wait for it with this.
 func (n *Namespace) Loading(key string) bool { return n.flights.inProgress(key) }
 
+// StreamHeard reports whether the Cache has an invalidation stream and
+// hears it.
+func (c *Cache) StreamHeard() bool { return c.streamHeard() }
+
 // LoadsInFlight reports how many loader calls hold a slot of the
 // cache-wide load limit now.
 func (c *Cache) LoadsInFlight() int { return c.limit.inUse() }

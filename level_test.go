@@ -78,7 +78,7 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 	src := &source{}
 	a := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, noHot)
 	cb := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
-	eventually(t, "the stream to be heard", func() bool { return cb.Stream().Heard })
+	eventually(t, "the stream to be heard", func() bool { return cb.StreamHeard() })
 	b := newNS(t, cb, "product", noHot)
 
 	// Demoted by another process's invalidation.
@@ -113,13 +113,13 @@ func TestBusyNodeOnlyCurrentCopies(t *testing.T) {
 		t.Fatalf("p4 before the gap: from %v, want memory-for-busy-node", res.Source)
 	}
 	shared.Deafen()
-	eventually(t, "b to notice the gap", func() bool { return !cb.Stream().Heard })
+	eventually(t, "b to notice the gap", func() bool { return !cb.StreamHeard() })
 	if res := mustGet(t, b, "p4", src.Load); res.Reason == holdfast.ReasonNodeBusy {
 		t.Fatal("served for a busy node while the stream was not heard")
 	}
 	clk.Advance(time.Millisecond)
 	shared.Hear()
-	eventually(t, "b to hear the stream again", func() bool { return cb.Stream().Heard })
+	eventually(t, "b to hear the stream again", func() bool { return cb.StreamHeard() })
 	clk.Advance(time.Millisecond)
 	if res := mustGet(t, b, "p4", src.Load); res.Source != holdfast.SourceShared {
 		t.Fatalf("a copy loaded before the gap: from %v, want shared", res.Source)

@@ -109,7 +109,7 @@ func TestLoaderSetLifetimeBoundsBatchAndTyped(t *testing.T) {
 	}
 
 	type stock struct{ Left int }
-	typed := holdfast.NewTyped[stock](newNS(t, newCache(t, holdfast.Options{Clock: clk}), "stock", holdfast.Policy{TTL: time.Minute}), holdfast.JSON[stock]{})
+	typed := holdfast.NewTyped[stock](newNS(t, newCache(t, holdfast.Options{Clock: clk}), "stock", holdfast.Policy{TTL: time.Minute}), nil)
 	_, r, err := typed.Get(context.Background(), "7", func(ctx context.Context, key string) (stock, error) {
 		s := stock{Left: 2}
 		if s.Left < 5 {

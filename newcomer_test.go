@@ -134,7 +134,7 @@ func TestTypedBatch(t *testing.T) {
 	if err := ty.Invalidate(context.Background(), "a", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if st := ty.Stats(); st.Get("invalidations") != 2 || st.Get("loads") != 1 || st.Get("load.keys") != 3 {
+	if st := ty.Namespace().Stats(); st.Get("invalidations") != 2 || st.Get("loads") != 1 || st.Get("load.keys") != 3 {
 		t.Fatalf("stats %+v: want 2 invalidations, 1 loader call for 3 keys", st)
 	}
 }

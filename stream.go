@@ -310,18 +310,6 @@ func (n *Namespace) warmStart(sharer tier.HotSharer) {
 // warmStartTime bounds a namespace's warm start.
 const warmStartTime = 5 * time.Second
 
-// StreamStatus says whether this process hears the shared tier's
-// invalidation stream (tier.InvalidationStream).
-type StreamStatus struct {
-	Enabled   bool      // the shared tier has a stream
-	Heard     bool      // heard since it last broke (and since the Cache began)
-	LastHeard time.Time // when it was last heard (the Cache's start until then)
-}
-
-// Stream returns the state of the shared tier's invalidation stream.
-func (c *Cache) Stream() StreamStatus {
-	if c.caps.stream == nil {
-		return StreamStatus{}
-	}
-	return StreamStatus{Enabled: true, Heard: !c.stream.gap.Load(), LastHeard: time.Unix(0, c.stream.heard.Load())}
-}
+// streamHeard reports whether the Cache has an invalidation stream and
+// has heard it since it last broke (and since the Cache began).
+func (c *Cache) streamHeard() bool { return c.caps.stream != nil && !c.stream.gap.Load() }

@@ -225,7 +225,7 @@ func TestWarmStartFromTheSharedHotSet(t *testing.T) {
 func newListeningNS(t *testing.T, opts holdfast.Options, p holdfast.Policy) *holdfast.Namespace {
 	t.Helper()
 	c := newCache(t, opts)
-	eventually(t, "the stream to be heard", func() bool { return c.Stream().Heard })
+	eventually(t, "the stream to be heard", func() bool { return c.StreamHeard() })
 	return newNS(t, c, "product", p)
 }
 

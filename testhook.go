@@ -4,4 +4,5 @@ import "github.com/holdfast-dev/holdfast/internal/testhook"
 
 func init() {
 	testhook.Loading = func(ns any, key string) bool { return ns.(*Namespace).flights.inProgress(key) }
+	testhook.StreamHeard = func(c any) bool { return c.(*Cache).streamHeard() }
 }

@@ -13,15 +13,13 @@ type Codec[T any] interface {
 	Decode(b []byte) (T, error)
 }
 
-// JSON is a Codec that uses encoding/json: the default, and the right one
-// for a service that writes cached JSON out unchanged.
-type JSON[T any] struct{}
+// jsonCodec is the Codec that uses encoding/json: the default, and the
+// right one for a service that writes cached JSON out unchanged.
+type jsonCodec[T any] struct{}
 
-// Encode marshals v.
-func (JSON[T]) Encode(v T) ([]byte, error) { return json.Marshal(v) }
+func (jsonCodec[T]) Encode(v T) ([]byte, error) { return json.Marshal(v) }
 
-// Decode unmarshals b.
-func (JSON[T]) Decode(b []byte) (T, error) {
+func (jsonCodec[T]) Decode(b []byte) (T, error) {
 	var v T
 	err := json.Unmarshal(b, &v)
 	return v, err
@@ -34,10 +32,11 @@ type Typed[T any] struct {
 	codec Codec[T]
 }
 
-// NewTyped returns a typed view of ns. A nil codec means JSON[T].
+// NewTyped returns a typed view of ns. A nil codec means encoding/json's
+// Marshal and Unmarshal.
 func NewTyped[T any](ns *Namespace, codec Codec[T]) *Typed[T] {
 	if codec == nil {
-		codec = JSON[T]{}
+		codec = jsonCodec[T]{}
 	}
 	return &Typed[T]{ns: ns, codec: codec}
 }
@@ -107,9 +106,6 @@ func (t *Typed[T]) GetMany(ctx context.Context, keys []string, load func(ctx con
 	}
 	return vals, results, errs
 }
-
-// Stats is Namespace.Stats.
-func (t *Typed[T]) Stats() Stats { return t.ns.Stats() }
 
 // Invalidate is Namespace.Invalidate.
 func (t *Typed[T]) Invalidate(ctx context.Context, keys ...string) error {

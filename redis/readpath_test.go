@@ -676,7 +676,7 @@ func TestReadPathOversizedRefused(t *testing.T) {
 	// Hot copies loaded before the stream is first heard are checked
 	// against Redis once it is, and the tier-refused one, which Redis
 	// does not hold, would be dropped then.
-	for deadline := time.Now().Add(10 * time.Second); !rp.cache.Stream().Heard; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !testhook.StreamHeard(rp.cache); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream not heard after 10 s")
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 )
 
 // versionedSource is a database whose keys have versions that updates bump.
@@ -46,7 +47,7 @@ var hotPolicy = holdfast.Policy{TTL: time.Hour, StaleIfError: time.Hour, Hot: ho
 func newListeningCache(t *testing.T, o Options, p holdfast.Policy) (*holdfast.Cache, *holdfast.Namespace) {
 	t.Helper()
 	c, ns := newProcess(t, holdfast.Options{Shared: newTier(t, o), Logger: quiet}, p)
-	waitUntil(t, 10*time.Second, "the stream to be heard", func() bool { return c.Stream().Heard })
+	waitUntil(t, 10*time.Second, "the stream to be heard", func() bool { return testhook.StreamHeard(c) })
 	return c, ns
 }
 
@@ -173,7 +174,7 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	}
 
 	srv.Freeze()
-	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !rc.Stream().Heard })
+	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !testhook.StreamHeard(rc) })
 	want := src.update("p1")
 	if err := writer.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
@@ -209,9 +210,9 @@ func TestStreamAfterARestartEmpty(t *testing.T) {
 	get(t, reader, "p1", src.Load)
 	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src.Load).Source == holdfast.SourceHot })
 	srv.Kill()
-	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !rc.Stream().Heard })
+	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !testhook.StreamHeard(rc) })
 	srv.Restart()
-	waitUntil(t, 10*time.Second, "the stream heard again", func() bool { return rc.Stream().Heard })
+	waitUntil(t, 10*time.Second, "the stream heard again", func() bool { return testhook.StreamHeard(rc) })
 	waitUntil(t, 5*time.Second, "the revalidation to drop p1", func() bool { return reader.Stats().Get("revalidation.dropped") == 1 })
 	// Another process invalidates after the restart: heard again.
 	_, writer := newListeningCache(t, o, hotPolicy)
@@ -241,7 +242,7 @@ func TestStreamMovesOffAKilledNode(t *testing.T) {
 	waitUntil(t, 5*time.Second, "p1 hot", func() bool { return get(t, reader, "p1", src.Load).Source == holdfast.SourceHot })
 	victim.Kill()
 	time.Sleep(time.Second) // past a heartbeat's deadline, had the reader been on it
-	waitUntil(t, 15*time.Second, "the stream heard", func() bool { return rc.Stream().Heard })
+	waitUntil(t, 15*time.Second, "the stream heard", func() bool { return testhook.StreamHeard(rc) })
 	want := src.update("p1")
 	if err := writer.Invalidate(ctx, "p1"); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func appendCacheStatus(b []byte, res holdfast.Result, now time.Time, key string)
 // database, never negative. The origin time travels with the value through
 // every tier, so a value copied from Redis keeps its true age.
 func ageSeconds(res holdfast.Result, now time.Time) int64 {
-	if a := res.Age(now); a > 0 {
+	if a := now.Sub(res.Origin()); a > 0 {
 		return int64(a / time.Second)
 	}
 	return 0

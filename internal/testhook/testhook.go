@@ -1,11 +1,17 @@
-// Package testhook lets this repository's tests and benchmarks outside
-// package holdfast see what a Cache does not export, because no user needs
+// Package testhook lets this repository's tests, benchmarks and lab
+// outside package holdfast see what a Cache does not export, because no user needs
 // it: whether a key's fetch is still in progress after its readers were
-// answered (the shared-tier write follows the answer). A test that goes on
-// to break the tier or move the clock waits for that first.
+// answered (the shared-tier write follows the answer), and whether the
+// invalidation stream is heard. A test that goes on to break the tier or
+// move the clock waits for these first.
 package testhook
 
 // Loading reports whether a fetch of key is in progress in ns, a
 // *holdfast.Namespace, its shared-tier write included. Package holdfast
 // sets it when it is initialized.
 var Loading func(ns any, key string) bool
+
+// StreamHeard reports whether c, a *holdfast.Cache, has an invalidation
+// stream and hears it: it has heard it since it last broke, and since the
+// Cache began. Package holdfast sets it.
+var StreamHeard func(c any) bool

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 )
 
 // update-propagation: how soon an update made in one process is served by
@@ -675,14 +675,14 @@ func propagationChildMain(stdin io.Reader, stdout io.Writer) int {
 	return 0
 }
 
-// streamStatus returns the state of r's invalidation stream when r is the
-// holdfast mode over a tier that has one; nil otherwise.
-func streamStatus(r Reader) func() holdfast.StreamStatus {
+// streamHeard returns whether r hears its invalidation stream when r is
+// the holdfast mode over a tier that has one; nil otherwise.
+func streamHeard(r Reader) func() bool {
 	h, ok := r.(*holdfastReader)
-	if !ok || !h.c.Stream().Enabled {
+	if !ok || h.ns.Stats().Get("capability.stream") == 0 {
 		return nil
 	}
-	return h.c.Stream
+	return func() bool { return testhook.StreamHeard(h.c) }
 }
 
 // healthFlags are yes/no states of a process's mode, sampled to tell when
@@ -692,8 +692,8 @@ func streamStatus(r Reader) func() holdfast.StreamStatus {
 // them (naive).
 func healthFlags(r Reader) map[string]func() bool {
 	out := map[string]func() bool{}
-	if st := streamStatus(r); st != nil {
-		out["stream"] = func() bool { return st().Heard }
+	if heard := streamHeard(r); heard != nil {
+		out["stream"] = heard
 	}
 	if closed, ready := tierHealth(r); closed != nil {
 		out["breaker"], out["nodes"] = closed, ready

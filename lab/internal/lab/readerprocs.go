@@ -179,12 +179,12 @@ func modeNamed(name string) (*Mode, error) {
 // waitHeard waits until r, when it has an invalidation stream (holdfast),
 // hears it.
 func waitHeard(r Reader, limit time.Duration) error {
-	stream := streamStatus(r)
-	if stream == nil {
+	heard := streamHeard(r)
+	if heard == nil {
 		return nil
 	}
 	deadline := time.Now().Add(limit)
-	for !stream().Heard {
+	for !heard() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the invalidation stream was not heard within %v", limit)
 		}
