@@ -4,8 +4,9 @@
 // core module keeps no third-party requirement: an application that does
 // not use OpenTelemetry never downloads it.
 //
-// Metrics: Register observes every counter and gauge of holdfast.Stats per
-// namespace (attribute holdfast.namespace), and the shared tier's health when
+// Metrics: Register observes every measure of holdfast.Stats per namespace
+// (attribute holdfast.namespace), each as the instrument named "holdfast."
+// and the measure's name (observe.Metric), and the shared tier's health when
 // the tier reports it (tier.HealthReporter, as package redis's do): whether
 // it is up, its breaker, and each Redis Cluster node's (attributes
 // server.address and holdfast.node.role), at each collection;
@@ -13,7 +14,7 @@
 // Names follow the OpenTelemetry conventions: dotted, lower case, no unit or
 // _total suffix, units in UCUM ("{read}", "By", "s").
 //
-// Traces: NewTracer is a observe.Tracer (holdfast.Options.Tracer). A read
+// Traces: NewTracer is an observe.Tracer (holdfast.Options.Tracer). A read
 // the hot tier answers makes no span; one that leaves it makes a
 // holdfast.get span, a child of the caller's, with a child per stage of its
 // flight: holdfast.shared_read (server.address names the Redis node in a

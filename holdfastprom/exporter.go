@@ -3,8 +3,9 @@
 // its importers require client_golang.
 //
 // The counters are not updated on the read path: the Exporter reads
-// Cache.Stats at scrape time and reports them as constant metrics, so a hit
-// costs no Prometheus call at all. Only load latency, which needs a histogram,
+// Cache.Stats at scrape time and reports each of its measures as a constant
+// metric (named by PromName), so a hit costs no Prometheus call at all, and
+// a measure added to holdfast.Stats is exported with no change here. Only load latency, which needs a histogram,
 // is observed as it happens, through observe.Recorder, on the load path.
 //
 // One call sets it up:

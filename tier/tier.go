@@ -7,8 +7,8 @@
 // inmem for tests) as holdfast.Options.Shared; it never needs this package.
 //
 // The Cache probes a tier's optional interfaces once, at holdfast.New, also
-// through a wrapping tier's Unwrap() Tier method (see holdfast.Capabilities),
-// and refuses a policy that needs a capability the tier lacks.
+// through a wrapping tier's Unwrap() Tier method, and refuses a policy that
+// needs a capability the tier lacks.
 package tier
 
 import (
