@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-dev/holdfast"
 )
 
 // The root package is what every user reads first (go doc, the editor's
@@ -158,5 +160,44 @@ func receiverName(e ast.Expr) string {
 		default:
 			return ""
 		}
+	}
+}
+
+// Stats's doc lists every measure, in the order All yields them, so that
+// go doc shows the names Get takes; the capability gauges are one line,
+// capability.*.
+func TestStatsDocListsEveryMeasure(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "metrics.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc string
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE && g.Specs[0].(*ast.TypeSpec).Name.Name == "Stats" {
+			doc = g.Doc.Text()
+		}
+	}
+	var listed []string
+	for line := range strings.Lines(doc) {
+		// The list's lines are indented; a name's continuation lines
+		// begin with spaces only.
+		if strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t ") {
+			listed = append(listed, strings.Fields(line)[0])
+		}
+	}
+	var names []string
+	for m := range (holdfast.Stats{}).All() {
+		name := m.Name
+		if strings.HasPrefix(name, "capability.") {
+			name = "capability.*"
+			if slices.Contains(names, name) {
+				continue
+			}
+		}
+		names = append(names, name)
+	}
+	if !slices.Equal(listed, names) {
+		t.Errorf("Stats's doc lists\n%v\nwant, in All's order,\n%v", listed, names)
 	}
 }

@@ -2,6 +2,7 @@ package holdfastprom
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -170,5 +171,24 @@ func TestHotKeyLabelsAreOptIn(t *testing.T) {
 		if n := testutil.CollectAndCount(reg, "holdfast_hottest_key_reads_per_second"); n != 2 {
 			t.Errorf("%+v: %d hottest-key series, want one per namespace", o, n)
 		}
+	}
+}
+
+// doc/metrics.md names every metric a measure of Stats is published as, so
+// that a measure added to the table is documented too.
+func TestMetricsDocNamesEveryMeasure(t *testing.T) {
+	b, err := os.ReadFile("../doc/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range (holdfast.Stats{}).All() {
+		n++
+		if !strings.Contains(string(b), "`"+PromName(m)+"`") {
+			t.Errorf("doc/metrics.md does not name %s (measure %s)", PromName(m), m.Name)
+		}
+	}
+	if n == 0 {
+		t.Fatal("Stats has no measures")
 	}
 }
