@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,52 +85,60 @@ func (G[E]) M() {}
 func rootSurface(t *testing.T, dir string) (ids, fields []string) {
 	t.Helper()
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			for _, d := range f.Decls {
-				switch d := d.(type) {
-				case *ast.FuncDecl:
-					if !d.Name.IsExported() {
-						continue
-					}
-					if d.Recv == nil {
-						ids = append(ids, "func "+d.Name.Name)
-						continue
-					}
-					if recv := receiverName(d.Recv.List[0].Type); ast.IsExported(recv) {
-						ids = append(ids, "method "+recv+"."+d.Name.Name)
-					}
-				case *ast.GenDecl:
-					for _, s := range d.Specs {
-						switch s := s.(type) {
-						case *ast.TypeSpec:
-							if !s.Name.IsExported() {
-								continue
+	var files []*ast.File
+	for _, e := range entries {
+		if name := e.Name(); strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+			f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
+	}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				if d.Recv == nil {
+					ids = append(ids, "func "+d.Name.Name)
+					continue
+				}
+				if recv := receiverName(d.Recv.List[0].Type); ast.IsExported(recv) {
+					ids = append(ids, "method "+recv+"."+d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if !s.Name.IsExported() {
+							continue
+						}
+						ids = append(ids, "type "+s.Name.Name)
+						st, ok := s.Type.(*ast.StructType)
+						if !ok {
+							continue
+						}
+						for _, fl := range st.Fields.List {
+							if len(fl.Names) == 0 {
+								fields = append(fields, s.Name.Name+".(embedded)")
 							}
-							ids = append(ids, "type "+s.Name.Name)
-							st, ok := s.Type.(*ast.StructType)
-							if !ok {
-								continue
-							}
-							for _, fl := range st.Fields.List {
-								if len(fl.Names) == 0 {
-									fields = append(fields, s.Name.Name+".(embedded)")
-								}
-								for _, n := range fl.Names {
-									if n.IsExported() {
-										fields = append(fields, s.Name.Name+"."+n.Name)
-									}
-								}
-							}
-						case *ast.ValueSpec:
-							for _, n := range s.Names {
+							for _, n := range fl.Names {
 								if n.IsExported() {
-									ids = append(ids, "value "+n.Name)
+									fields = append(fields, s.Name.Name+"."+n.Name)
 								}
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								ids = append(ids, "value "+n.Name)
 							}
 						}
 					}
