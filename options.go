@@ -121,34 +121,21 @@ type Policy struct {
 	// it would a slow shared read.
 	SlowLoadGrace time.Duration
 
-	// SlowReadGrace is the least a reader waits for the shared tier when
-	// this process's last-known-good store holds a value it may serve:
-	// one within its hard time, or one past it within its stale-if-error
-	// window while the shared tier is failing (errors or bypasses in the
-	// last second). Past the slow-read delay the reader gets that value
-	// (SourceMemory, ReasonTierSlow) while the read goes on in the background:
-	// its answer still reaches the tier's breaker and this process's
-	// stores. The delay is adaptive: four times the shared tier's recent
-	// latency (a moving average of the single-key reads that succeeded),
-	// never less than SlowReadGrace, and in effect never more than the
-	// tier's read budget, which ends the read first. A frozen tier then
-	// costs such a reader a few milliseconds instead of the read budget,
-	// while a healthy tier's jitter rarely reaches the delay. A reader
-	// without such a value waits for the read as it would without this.
-	// A read leaves its reader's goroutine only once the tier is suspect
-	// (reads have waited on it the delay with none answered, or it failed
-	// within the last second), since a goroutine per read would cost a
-	// healthy tier's throughput: the few reads sent to a tier that froze
-	// while it looked healthy wait for it, though their joiners do not.
-	// A Get with no such value skips the tier and loads once the tier has
-	// answered none of the reads waiting on it for four slow-read delays
-	// (counted in SharedBypassed): otherwise each such read would wait the
-	// read budget until the tier's breaker opens. (A GetMany's batch read
-	// is sent as before.)
-	// Default 2 ms: several round trips of a Redis on the same network,
-	// so no answer comes from memory while the tier answers as usual
-	// (measured in the lab's no-fault runs). A negative value turns it
-	// off.
+	// SlowReadGrace is the floor of the slow-read delay: how long a reader
+	// waits for the shared tier when this process's last-known-good store
+	// holds a value it may serve (within its hard time, or within its
+	// stale-if-error window while the tier is failing). Past the delay the
+	// reader gets that value (SourceMemory, ReasonTierSlow) while the read
+	// goes on and its answer still reaches the breaker and the stores. The
+	// delay is four times the tier's recent latency (a moving average of
+	// the single-key reads that succeeded), never less than SlowReadGrace,
+	// so a frozen tier costs such a reader a few milliseconds instead of
+	// the read budget. A read with no such value skips a tier that has
+	// answered none of the reads waiting on it for four delays, and loads,
+	// as past an open breaker (counted in shared.bypassed). Default 2 ms:
+	// several round trips of a Redis on the same network, so a healthy
+	// tier's jitter rarely reaches it (the lab's no-fault runs). A negative
+	// value turns it off.
 	SlowReadGrace time.Duration
 
 	// LoadErrorBackoff is how long after a failed load of a key its
