@@ -71,6 +71,15 @@ const (
 	// nothing (SilentFailures sets how many in a row). Elsewhere it is a
 	// Failure.
 	Silent
+	// Late: a call that ran out of time while the dependency was seen
+	// answering around it (another call's answer, or a PING sent after
+	// the timeout): a late scheduler on either side, or a queue of this
+	// process's own commands, not a dependency that is gone. While closed
+	// it counts in the FailureRate window, so a dependency too slow for
+	// most calls still opens the breaker, but neither toward
+	// ConsecutiveFailures nor SilentFailures, nor does it reset them.
+	// Elsewhere it is a Failure.
+	Late
 )
 
 // Settings configures a breaker. The zero value means the defaults.
@@ -228,8 +237,12 @@ func (c *core) done(gen uint64, o Outcome, now time.Time) {
 				c.silent = 0 // the dependency answered, with an error
 			}
 			calls, failures := c.record(now, true)
-			if c.silent >= c.s.SilentFailures || c.consecutive >= c.s.ConsecutiveFailures ||
-				(calls >= c.s.MinRequests && float64(failures) >= c.s.FailureRate*float64(calls)) {
+			if c.rateReached(calls, failures) || c.silent >= c.s.SilentFailures || c.consecutive >= c.s.ConsecutiveFailures {
+				c.openFor = c.s.OpenTimeout
+				c.setState(Open, now)
+			}
+		case Late:
+			if c.rateReached(c.record(now, true)) {
 				c.openFor = c.s.OpenTimeout
 				c.setState(Open, now)
 			}
@@ -245,11 +258,17 @@ func (c *core) done(gen uint64, o Outcome, now time.Time) {
 				c.openFor = c.s.OpenTimeout
 				c.setState(Closed, now)
 			}
-		case Failure, Silent:
+		case Failure, Silent, Late:
 			c.openFor = min(2*c.openFor, c.s.MaxOpenTimeout)
 			c.setState(Open, now)
 		}
 	}
+}
+
+// rateReached reports whether a window of calls with failures among them
+// opens the breaker by FailureRate.
+func (c *core) rateReached(calls, failures int) bool {
+	return calls >= c.s.MinRequests && float64(failures) >= c.s.FailureRate*float64(calls)
 }
 
 // recovered cuts an open interval short: evidence from outside the calls

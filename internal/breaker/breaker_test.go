@@ -91,6 +91,42 @@ func TestSilentFailureOpensAtOnce(t *testing.T) {
 	wantState(t, b, Open)
 }
 
+// A Late failure (the dependency was seen answering around it) counts
+// toward the failure rate only: any number in a row leaves a closed
+// breaker closed and the runs of other failures as they were, while a
+// dependency late for most calls still opens it by rate; from half-open it
+// reopens like any failure.
+func TestLateFailureCountsInTheRateOnly(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{}, c)
+	for range DefaultConsecutiveFailures - 1 {
+		call(b, Failure)
+	}
+	for range DefaultMinRequests - DefaultConsecutiveFailures {
+		call(b, Late) // neither opens nor resets the run of failures
+		c.add(10 * time.Millisecond)
+	}
+	wantState(t, b, Closed)
+	call(b, Failure) // the fifth in a row
+	wantState(t, b, Open)
+
+	b = mustNew(t, Settings{}, c)
+	for i := range DefaultMinRequests - 1 {
+		if i%2 == 0 {
+			call(b, Late)
+		} else {
+			call(b, Success)
+		}
+		c.add(100 * time.Millisecond)
+	}
+	wantState(t, b, Closed)
+	call(b, Late) // 11 late of 20 calls: past the rate
+	wantState(t, b, Open)
+	c.add(DefaultOpenTimeout)
+	call(b, Late) // the half-open probe
+	wantState(t, b, Open)
+}
+
 func TestFailureRateOpens(t *testing.T) {
 	c := newFake()
 	b := mustNew(t, Settings{}, c)
