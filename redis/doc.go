@@ -12,7 +12,11 @@
 // touching Redis. After 1 s (doubling while Redis stays bad) a few probe
 // calls go through; if they succeed the breaker closes. A call the caller
 // cancels says nothing about Redis and is not counted; a reply from before
-// the breaker last changed state is ignored.
+// the breaker last changed state is ignored. A timeout of a standalone
+// server is judged by what the server did around it: seen answering (a
+// late scheduler on a busy host, or a queue of this process's own
+// commands), it counts toward the rate only; silent for the read budget
+// and then for a 250 ms PING, it opens the breaker at once.
 //
 // Keys: the Cache passes keys already qualified as "<namespace>:<key>", where
 // a namespace never contains ':'; the tier prepends Options.KeyPrefix. So the

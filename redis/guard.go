@@ -72,22 +72,96 @@ func (t *Tier) probe(gen uint64) {
 // end reports the outcome of a call to the breaker. err is the first error
 // from Redis (nil for success, a miss included); ctx is the caller's context.
 //
-// A call to a standalone server that timed out when the server has answered
-// no call for a whole read budget is Silent, and opens the breaker at once:
-// the server is frozen or cut off, not slow, and each of the breaker's
-// other consecutive failures would be one more reader waiting the whole
-// budget. Not in a Cluster with per-node health: there one node's silence
-// says nothing of the others (on a quiet tier they may simply have had no
-// calls), and per-node ejection takes the silent node out of reads.
+// A call to a standalone server that timed out says little by itself: on
+// a busy host the server, or this process, may not have run for the whole
+// budget, and a burst of this process's own commands may queue ahead of
+// it. So a timeout is judged by what the server did around it (see
+// confirm): Late when it was seen answering, which counts only toward the
+// breaker's failure rate; Silent when it answered nothing for the call's
+// budget and then nothing to a PING (silentConfirm), which opens the breaker
+// at once: the server is frozen or cut off, not slow, and each of the
+// breaker's other consecutive failures would be one more reader waiting
+// the whole budget. Not in a Cluster with per-node health: there one
+// node's silence says nothing of the others (on a quiet tier they may
+// simply have had no calls), and per-node ejection takes the silent node
+// out of reads. Nor for a half-open breaker's probe, whose failure
+// reopens it as before.
 func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 	o := outcome(ctx, err)
 	if o == breaker.Failure {
 		t.markSuspect(err)
-		if t.nodes == nil && isTimeout(err) && time.Duration(t.opts.Clock.Now().UnixNano()-t.lastAnswer.Load()) >= t.opts.ReadBudget {
-			o = breaker.Silent
+		if t.nodes == nil && isTimeout(err) && t.br.State() == breaker.Closed {
+			if time.Duration(t.opts.Clock.Now().UnixNano()-t.lastAnswer.Load()) < t.opts.ReadBudget {
+				o = breaker.Late
+			} else {
+				t.confirm(gen)
+				return
+			}
 		}
 	}
 	t.settle(gen, o)
+}
+
+// silentConfirm bounds the PING that tells a silent server from a late
+// one: well past what a saturated host's scheduler delays a live server
+// or this process (tens of milliseconds, a few hundred at worst), and
+// short beside PingTimeout, which closes a frozen server's connections
+// after one to two seconds. Readers do not wait for it: the Cache answers
+// them from memory once the tier stalls (SlowReadGrace).
+const silentConfirm = 250 * time.Millisecond
+
+// confirm settles a timed-out call in generation gen once the server has
+// been asked whether it answers at all: a PING, bounded by silentConfirm,
+// on a goroutine of the Tier's. Calls that time out while it is out wait
+// for the same verdict. The server answers (the PING, or any call since
+// the first timeout): they were Late. It does not: Silent. A PING that
+// timed out on a process woken late, when this process and not the server
+// may have been the one not running, is sent again, once.
+func (t *Tier) confirm(gen uint64) {
+	t.confirmMu.Lock()
+	t.confirming = append(t.confirming, gen)
+	if len(t.confirming) > 1 {
+		t.confirmMu.Unlock()
+		return
+	}
+	t.confirmMu.Unlock()
+	since := t.opts.Clock.Now().UnixNano()
+	if !t.goOwned(func() { t.settleConfirmed(t.answers(since)) }) {
+		t.settleConfirmed(breaker.Ignore)
+	}
+}
+
+// answers returns Late when the server answers a PING, or has answered a
+// call since since (Clock's unix nanoseconds), and Silent otherwise.
+func (t *Tier) answers(since int64) breaker.Outcome {
+	ping := t.client.B().Ping().Build()
+	wait := max(t.opts.ReadBudget, silentConfirm)
+	for attempt := 0; attempt < 2; attempt++ {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		err := guard(ctx, t, func() error { return t.client.Do(ctx, ping).Error() }, func(err error) error { return err })
+		cancel()
+		switch {
+		case err == nil || t.lastAnswer.Load() > since:
+			return breaker.Late
+		case errors.Is(err, errClosed):
+			return breaker.Ignore
+		case time.Since(start) < wait*3/2:
+			return breaker.Silent // on time: the server said nothing
+		}
+	}
+	return breaker.Silent
+}
+
+// settleConfirmed reports o for every call waiting on the confirmation.
+func (t *Tier) settleConfirmed(o breaker.Outcome) {
+	t.confirmMu.Lock()
+	gens := t.confirming
+	t.confirming = nil
+	t.confirmMu.Unlock()
+	for _, gen := range gens {
+		t.settle(gen, o)
+	}
 }
 
 // settle reports o to the breaker; a success SuspectFor after the last

@@ -37,8 +37,12 @@ type Tier struct {
 	lastReason atomic.Value
 	// lastAnswer is when Redis last answered a call (Clock's unix
 	// nanoseconds; the Tier's start until the first): a call that times
-	// out with no answer since a read budget before is Silent (see end).
+	// out with an answer within a read budget before is Late (see end).
 	lastAnswer atomic.Int64
+	// confirming holds the generations of the timed-out calls waiting on
+	// the PING that tells a silent server from a late one (see confirm).
+	confirmMu  sync.Mutex
+	confirming []uint64
 
 	// filling holds the copy keys being filled now (smear.go).
 	filling sync.Map

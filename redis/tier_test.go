@@ -509,9 +509,9 @@ func TestBreakerUsesClock(t *testing.T) {
 
 // TestFrozenServerOpensBreakerAtOnce: the first read that times out on a
 // frozen server, with no call answered for its whole budget, opens the
-// breaker (SilentFailures 1), so the next reader is bypassed at once
-// instead of waiting a budget of its own; ConsecutiveFailures would have
-// held four more.
+// breaker (SilentFailures 1) once the PING that follows it is not answered
+// either, a budget later, so later readers are bypassed at once instead
+// of waiting a budget each; ConsecutiveFailures would have held four more.
 func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
 	srv := redistest.Standalone(t)
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
@@ -522,18 +522,67 @@ func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
 	}
 	srv.Freeze()
 	t.Cleanup(srv.Thaw)
+	start := time.Now()
 	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("first read of the frozen server: %v, want a timeout", err)
 	}
-	start := time.Now()
+	for tr.Stats().BreakerState != BreakerOpen {
+		if time.Since(start) > DefaultReadBudget+silentConfirm+margin {
+			t.Fatalf("breaker not open %v after the freeze: %+v", time.Since(start), tr.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start = time.Now()
 	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, tier.ErrBypassed) {
-		t.Fatalf("second read: %v, want bypassed", err)
+		t.Fatalf("read after the confirmation: %v, want bypassed", err)
 	}
 	if d := time.Since(start); d > margin {
 		t.Fatalf("bypassed read took %v", d)
 	}
 	if st := tr.Stats(); st.BreakerOpens != 1 || st.Timeouts != 1 || st.BreakerState != BreakerOpen {
 		t.Fatalf("stats = %+v, want the breaker opened by the one timeout", st)
+	}
+}
+
+// TestLateServerKeepsBreakerClosed: a server that does not run for 100 ms
+// at a time (SIGSTOP, then SIGCONT), as a saturated host's scheduler may
+// leave it, times reads out but answers the PING that follows: the
+// timeouts are late answers, not silence, and the breaker stays closed.
+func TestLateServerKeepsBreakerClosed(t *testing.T) {
+	srv := redistest.Standalone(t)
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
+	for i := 0; i < 100; i++ { // open every pooled connection first
+		if _, _, err := tr.Get(context.Background(), "ns:k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; i < 5000; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			_, _, _ = tr.Get(context.Background(), "ns:k")
+		}
+	})
+	for range 5 {
+		srv.Freeze()
+		time.Sleep(100 * time.Millisecond)
+		srv.Thaw()
+		time.Sleep(400 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	st := tr.Stats()
+	t.Logf("stats %+v", st)
+	if st.Timeouts == 0 {
+		t.Fatal("no read timed out: the server was never late")
+	}
+	if st.BreakerOpens != 0 {
+		t.Fatalf("a late server opened the breaker %d times: %+v", st.BreakerOpens, st)
 	}
 }
 
