@@ -3,14 +3,11 @@ package httpapi_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/holdfast-dev/holdfast"
@@ -18,74 +15,8 @@ import (
 	"github.com/holdfast-dev/holdfast/catalogd/httpapi"
 	"github.com/holdfast-dev/holdfast/catalogd/internal/pgtest"
 	"github.com/holdfast-dev/holdfast/catalogd/sqlstore"
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
-
-// tcpProxy forwards connections to a server until Cut, which closes the
-// listener and every connection: to its clients the server is then gone,
-// as if it had stopped, while the server itself (a cluster other tests
-// share) runs on.
-type tcpProxy struct {
-	ln    net.Listener
-	to    string
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
-	wg    sync.WaitGroup
-}
-
-func newTCPProxy(t *testing.T, to string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, to: to}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.Cut)
-	return p
-}
-
-func (p *tcpProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.to)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			s.Close()
-			return
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		for _, pair := range [][2]net.Conn{{c, s}, {s, c}} {
-			p.wg.Go(func() {
-				io.Copy(pair[0], pair[1])
-				pair[0].Close()
-				pair[1].Close()
-			})
-		}
-	}
-}
-
-// Cut stops the proxy and waits for its goroutines.
-func (p *tcpProxy) Cut() {
-	p.mu.Lock()
-	p.cut = true
-	p.ln.Close()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
 
 // outageEnv is a Handler over a real store, logging to a sink.
 func outageEnv(t *testing.T, store catalog.Store) (*httpapi.Handler, *logSink) {
@@ -141,8 +72,10 @@ func TestPostgresDownIs503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newTCPProxy(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
+	// A proxy stands for the server, which other tests share: cut, it is
+	// gone to this test's clients while it runs on.
+	proxy := redistest.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
 	ctx := context.Background()
 	db, err := sqlstore.Open(ctx, sqlstore.PostgreSQL, u.String(), nil)
 	if err != nil {
