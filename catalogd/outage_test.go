@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,11 +76,15 @@ type outageRig struct {
 	ns   *holdfast.Namespace
 }
 
-func newOutageRig(t *testing.T, srv *redistest.Server, load holdfast.Loader) *outageRig {
+// sharedReads is the rigs' policy: every read goes to the shared tier,
+// which the hot tier would answer most of.
+var sharedReads = holdfast.Policy{TTL: time.Minute, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}}
+
+func newOutageRig(t *testing.T, addr string, load holdfast.Loader, p holdfast.Policy) *outageRig {
 	t.Helper()
 	r := &outageRig{logs: &records{}, reg: prometheus.NewRegistry()}
 	log := slog.New(r.logs)
-	l, err := redis.NewLazy(redis.Options{Addrs: []string{srv.Addr()}, Logger: log})
+	l, err := redis.NewLazy(redis.Options{Addrs: []string{addr}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +97,7 @@ func newOutageRig(t *testing.T, srv *redistest.Server, load holdfast.Loader) *ou
 	if _, err := holdfastprom.Register(r.reg, c); err != nil {
 		t.Fatal(err)
 	}
-	// Every read goes to the shared tier: the hot tier would answer most.
-	r.ns, err = c.Namespace("product", holdfast.Policy{TTL: time.Minute, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}})
+	r.ns, err = c.Namespace("product", p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +179,7 @@ var loadOK = func(context.Context, string) ([]byte, error) { return []byte("v"),
 func TestOutageRedisMissingAtStart(t *testing.T) {
 	srv := redistest.Standalone(t)
 	srv.Kill()
-	r := newOutageRig(t, srv, loadOK)
+	r := newOutageRig(t, srv.Addr(), loadOK, sharedReads)
 	r.waitSeen(t, faultSeen, 0, "shared tier down", "reason=unreachable")
 	r.breakerOpen(t)
 	if v, ok := r.gauge(t, "holdfast_shared_tier_down", "reason", "unreachable"); !ok || v != 1 {
@@ -205,7 +209,7 @@ func TestOutageRedisFaults(t *testing.T) {
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			srv := redistest.Standalone(t)
-			r := newOutageRig(t, srv, loadOK)
+			r := newOutageRig(t, srv.Addr(), loadOK, sharedReads)
 			r.waitSeen(t, 20*time.Second, 1, "capabilities=")
 			f.fault(srv)
 			r.waitSeen(t, faultSeen, 0, "shared tier down", "reason="+f.reason)
@@ -239,7 +243,7 @@ func TestSlowDatabaseIsNoTierOutage(t *testing.T) {
 		}
 		return []byte("v"), nil
 	}
-	r := newOutageRig(t, srv, load)
+	r := newOutageRig(t, srv.Addr(), load, sharedReads)
 	r.waitSeen(t, 20*time.Second, 1, "capabilities=")
 	for _, m := range []string{"slow", "down"} {
 		mu.Lock()
@@ -259,5 +263,104 @@ func TestSlowDatabaseIsNoTierOutage(t *testing.T) {
 	}
 	if st := r.ns.Stats(); st.Get("load.errors") == 0 {
 		t.Errorf("the database's faults never reached a load: %+v", st)
+	}
+}
+
+// Two instances over one Redis, as two pods of a service: an update
+// invalidated on one is served by the other, which held the key in its hot
+// tier, within the stream's bound; then one instance's path to Redis is
+// cut (its connections reset, new ones refused, the server and the other
+// instance untouched). That instance, and only it, logs the outage and
+// exports it within faultSeen; an update made on the other meanwhile is
+// served by it once its path is back, with a recovery line.
+func TestOutageTwoInstances(t *testing.T) {
+	srv := redistest.Standalone(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	var mu sync.Mutex
+	versions := map[string]int{}
+	load := holdfast.Loader(func(_ context.Context, key string) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return []byte("v" + strconv.Itoa(versions[key])), nil
+	})
+	update := func(key string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		versions[key]++
+		return "v" + strconv.Itoa(versions[key])
+	}
+	// Key 1 in the hot tier, where only the stream can reach it; the
+	// rig's other keys read from Redis, so each instance's breaker sees
+	// its path.
+	p := holdfast.Policy{TTL: time.Minute, StaleIfError: time.Hour, Hot: holdfast.HotPolicy{Threshold: -1, Admit: func(k string) bool { return k == "1" }}}
+	a := newOutageRig(t, proxy.Addr(), load, p)
+	b := newOutageRig(t, srv.Addr(), load, p)
+	for _, r := range []*outageRig{a, b} {
+		r.waitSeen(t, 20*time.Second, 1, "capabilities=")
+	}
+	serves := func(r *outageRig, want string, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for {
+			res, err := r.ns.Get(context.Background(), "1", load)
+			if err == nil && string(res.Value) == want {
+				return time.Since(start)
+			}
+			if time.Since(start) > within {
+				t.Fatalf("key 1 not served as %s within %v: %q from %v, %v", want, within, res.Value, res.Source, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for _, r := range []*outageRig{a, b} {
+		serves(r, "v0", time.Second)
+		eventually(t, 5*time.Second, "key 1 hot", func() bool {
+			res, _ := r.ns.Get(context.Background(), "1", load)
+			return res.Source == holdfast.SourceHot
+		})
+	}
+
+	want := update("1")
+	if err := a.ns.Invalidate(context.Background(), "1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("an update invalidated on A served by B after %v", serves(b, want, faultSeen).Round(time.Microsecond))
+
+	proxy.Cut()
+	a.waitSeen(t, faultSeen, 0, "shared tier down", "reason=unreachable")
+	a.breakerOpen(t)
+	if v, ok := a.gauge(t, "holdfast_shared_tier_down", "reason", "unreachable"); !ok || v != 1 {
+		t.Errorf("A's holdfast_shared_tier_down{reason=unreachable} = %v (exported %v), want 1", v, ok)
+	}
+	want = update("1")
+	if err := b.ns.Invalidate(context.Background(), "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	// Its breaker's open interval doubles while its probes fail, and the
+	// stream's return cuts it short.
+	a.waitSeen(t, 45*time.Second, 1, "shared tier recovered", "down_for=")
+	t.Logf("the update invalidated on B while A was cut off served by A %v after its recovery line", serves(a, want, faultSeen).Round(time.Millisecond))
+	if lines := b.logs.matching("shared tier down"); len(lines) != 0 {
+		t.Errorf("B, whose path to Redis was never cut, logged %q", lines)
+	}
+	if v, ok := b.gauge(t, "holdfast_shared_tier_up", "", ""); !ok || v != 1 {
+		t.Errorf("B's holdfast_shared_tier_up = %v (exported %v), want 1", v, ok)
+	}
+	if v, ok := b.gauge(t, "holdfast_redis_breaker_state", "state", "closed"); !ok || v != 1 {
+		t.Errorf("B's holdfast_redis_breaker_state{state=closed} = %v (exported %v), want 1", v, ok)
+	}
+}
+
+// eventually polls cond every millisecond for up to d, and fails the test
+// naming what if it never holds.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > d {
+			t.Fatalf("not within %v: %s", d, what)
+		}
 	}
 }
