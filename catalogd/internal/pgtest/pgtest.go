@@ -121,6 +121,23 @@ func NewDatabase(t testing.TB) string {
 	return shared.dsn(role, name)
 }
 
+// Stop stops the test cluster's server with pg_ctlcluster (fast mode:
+// open connections are cut, new ones refused), an outage of the database
+// as its clients see one. Start brings it back and returns once it accepts
+// connections. Every database of the binary is down meanwhile, so only a
+// test that runs alone may call them, after NewDatabase.
+func Stop() error { return ctl("stop", "-m", "fast") }
+
+// Start starts the server Stop stopped.
+func Start() error { return ctl("start") }
+
+func ctl(action string, args ...string) error {
+	if shared == nil || shared.dropped() {
+		return errors.New("pgtest: no test cluster running: call NewDatabase first")
+	}
+	return run("pg_ctlcluster", append([]string{shared.version, shared.name, action}, args...)...)
+}
+
 func (c *cluster) dsn(user, db string) string {
 	u := url.URL{
 		Scheme:   "postgres",
