@@ -16,7 +16,7 @@
 // server is judged by what the server did around it: seen answering (a
 // late scheduler on a busy host, or a queue of this process's own
 // commands), it counts toward the rate only; silent for the read budget
-// and then for a 250 ms PING, it opens the breaker at once.
+// and then for two 250 ms PINGs, it opens the breaker at once.
 //
 // Keys: the Cache passes keys already qualified as "<namespace>:<key>", where
 // a namespace never contains ':'; the tier prepends Options.KeyPrefix. So the

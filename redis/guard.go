@@ -78,7 +78,7 @@ func (t *Tier) probe(gen uint64) {
 // it. So a timeout is judged by what the server did around it (see
 // confirm): Late when it was seen answering, which counts only toward the
 // breaker's failure rate; Silent when it answered nothing for the call's
-// budget and then nothing to a PING (silentConfirm), which opens the breaker
+// budget and then nothing to two PINGs (silentConfirm each), which opens the breaker
 // at once: the server is frozen or cut off, not slow, and each of the
 // breaker's other consecutive failures would be one more reader waiting
 // the whole budget. Not in a Cluster with per-node health: there one
@@ -115,8 +115,9 @@ const silentConfirm = 250 * time.Millisecond
 // on a goroutine of the Tier's. Calls that time out while it is out wait
 // for the same verdict. The server answers (the PING, or any call since
 // the first timeout): they were Late. It does not: Silent. A PING that
-// timed out on a process woken late, when this process and not the server
-// may have been the one not running, is sent again, once.
+// timed out is sent again, once: a process that did not run past the
+// PING's deadline wakes to its answer and its deadline at once, and may
+// take the deadline.
 func (t *Tier) confirm(gen uint64) {
 	t.confirmMu.Lock()
 	t.confirming = append(t.confirming, gen)
@@ -136,8 +137,7 @@ func (t *Tier) confirm(gen uint64) {
 func (t *Tier) answers(since int64) breaker.Outcome {
 	ping := t.client.B().Ping().Build()
 	wait := max(t.opts.ReadBudget, silentConfirm)
-	for attempt := 0; attempt < 2; attempt++ {
-		start := time.Now()
+	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		err := guard(ctx, t, func() error { return t.client.Do(ctx, ping).Error() }, func(err error) error { return err })
 		cancel()
@@ -146,8 +146,6 @@ func (t *Tier) answers(since int64) breaker.Outcome {
 			return breaker.Late
 		case errors.Is(err, errClosed):
 			return breaker.Ignore
-		case time.Since(start) < wait*3/2:
-			return breaker.Silent // on time: the server said nothing
 		}
 	}
 	return breaker.Silent

@@ -109,7 +109,7 @@ type Options struct {
 // own settings, not a copy of them. The zero value means the defaults
 // (ConsecutiveFailures 5; SilentFailures 1, a call to a standalone server
 // that timed out when it had answered no call for a whole read budget, nor
-// then a PING for 250 ms, a frozen or cut-off server; a timeout with the
+// then two PINGs of 250 ms, a frozen or cut-off server; a timeout with the
 // server seen answering around it counts toward FailureRate only, since
 // on a busy host it is a late scheduler, not a lost server; FailureRate 0.5 once the 10 s Window holds MinRequests 20 calls;
 // OpenTimeout 1 s doubling up to MaxOpenTimeout 30 s; Probes 3). While the breaker is open, every call skips Redis and returns an

@@ -509,9 +509,9 @@ func TestBreakerUsesClock(t *testing.T) {
 
 // TestFrozenServerOpensBreakerAtOnce: the first read that times out on a
 // frozen server, with no call answered for its whole budget, opens the
-// breaker (SilentFailures 1) once the PING that follows it is not answered
-// either, a budget later, so later readers are bypassed at once instead
-// of waiting a budget each; ConsecutiveFailures would have held four more.
+// breaker (SilentFailures 1) once the two PINGs that follow it are not
+// answered either, so later readers are bypassed at once instead of
+// waiting a budget each; ConsecutiveFailures would have held four more.
 func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
 	srv := redistest.Standalone(t)
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
@@ -525,8 +525,7 @@ func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
 	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("first read of the frozen server: %v, want a timeout", err)
 	}
-	// A budget and a PING; the PING is sent again when this process woke
-	// late for it.
+	// A budget and two PINGs.
 	for tr.Stats().BreakerState != BreakerOpen {
 		if time.Since(start) > DefaultReadBudget+2*silentConfirm+2*margin {
 			t.Fatalf("breaker not open %v after the freeze: %+v", time.Since(start), tr.Stats())
