@@ -75,7 +75,7 @@ func newSoakInstance(t *testing.T, addr string) *soakInstance {
 	// covers the database's outages.
 	in.ns, err = in.c.Namespace("profile", holdfast.Policy{
 		TTL: 5 * time.Second, SoftTTL: 3 * time.Second, StaleIfError: time.Minute,
-		Hot: holdfast.HotPolicy{Keys: holdfast.HotAll},
+		Hot: holdfast.HotPolicy{Threshold: -1}, // every key
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestSoakNoFalseBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var loads, loadErrs atomic.Int64
-	load := holdfast.LoaderFunc(func(ctx context.Context, key string) ([]byte, error) {
+	load := holdfast.Loader(func(ctx context.Context, key string) ([]byte, error) {
 		loads.Add(1)
 		var ver int64
 		if err := pool.QueryRow(ctx, `SELECT ver FROM profile WHERE k = $1`, key).Scan(&ver); err != nil {
