@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -109,6 +110,8 @@ type Main struct {
 	duration time.Duration
 	scale    float64
 	list     bool
+	caches   string
+	shards   string
 
 	progress *lab.Progress
 }
@@ -123,6 +126,8 @@ func (m *Main) ParseFlags(args []string) int {
 	fs.DurationVar(&m.duration, "duration", 0, "length of each mode of a timed scenario (default: the scenario's, 20 s for most)")
 	fs.Float64Var(&m.scale, "scale", 1, "multiply the length by this, for smoke runs (e.g. 0.1)")
 	fs.BoolVar(&m.list, "list", false, "list the scenarios and exit")
+	fs.StringVar(&m.caches, "caches", "", "fleet-idle's idle Cache counts, comma-separated, in order (default 1,10,50,200)")
+	fs.StringVar(&m.shards, "shards", "", "fleet-idle's Cluster sizes in primaries (each with one replica), comma-separated (default 3,30)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -134,7 +139,29 @@ func (m *Main) ParseFlags(args []string) int {
 		fmt.Fprintln(m.Stderr, "holdfast-lab: -scale must be positive and -duration not negative")
 		return 2
 	}
+	for _, f := range []struct{ name, v string }{{"caches", m.caches}, {"shards", m.shards}} {
+		if _, err := counts(f.v); err != nil {
+			fmt.Fprintf(m.Stderr, "holdfast-lab: -%s: %v\n", f.name, err)
+			return 2
+		}
+	}
 	return 0
+}
+
+// counts parses a comma-separated list of positive integers; "" is nil.
+func counts(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // WantsOwnNetwork reports whether a chosen scenario must run in a network
@@ -165,6 +192,9 @@ func (m *Main) Run(ctx context.Context) int {
 	if m.list {
 		for _, s := range lab.Scenarios() {
 			state := "runs"
+			if s.Separate {
+				state = "runs by name only, not in all"
+			}
 			if s.Missing != "" {
 				state = "missing: " + s.Missing
 			}
@@ -174,7 +204,11 @@ func (m *Main) Run(ctx context.Context) int {
 	}
 	var todo []lab.Scenario
 	if m.scenario == "all" {
-		todo = lab.Scenarios()
+		for _, s := range lab.Scenarios() {
+			if !s.Separate {
+				todo = append(todo, s)
+			}
+		}
 	} else {
 		// A list runs its scenarios one after the other in this process,
 		// as all does: what one leaves behind can show in the next.
@@ -191,6 +225,8 @@ func (m *Main) Run(ctx context.Context) int {
 		m.progress = lab.NewProgress(m.Stderr)
 	}
 	opts := lab.Options{Duration: m.duration, Scale: m.scale, Progress: m.progress}
+	opts.IdleCaches, _ = counts(m.caches)
+	opts.IdleShards, _ = counts(m.shards)
 	if m.progress == nil {
 		opts.Log = m.Stderr
 	}

@@ -46,7 +46,8 @@ func TestList(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"-scenario", "no-such"}, {"-scenario", "stampede,no-such"}, {"-scenario", "stampede", "-scale", "0"}} {
+	for _, args := range [][]string{{}, {"-scenario", "no-such"}, {"-scenario", "stampede,no-such"}, {"-scenario", "stampede", "-scale", "0"},
+		{"-scenario", "fleet-idle", "-caches", "1,x"}, {"-scenario", "fleet-idle", "-shards", "0"}} {
 		if code, _, _ := run(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}

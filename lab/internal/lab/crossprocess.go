@@ -265,6 +265,8 @@ func ChildMain(stdin io.Reader, stdout io.Writer) int {
 		return propagationChildMain(stdin, stdout)
 	case warmChildKind:
 		return warmStartChildMain(stdin, stdout)
+	case idleChildKind:
+		return idleChildMain(stdin, stdout)
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "holdfast-lab child: %v\n", err)

@@ -55,6 +55,9 @@ type Options struct {
 	Progress *Progress
 	// Log receives one line per mode started; nil discards.
 	Log io.Writer
+	// IdleCaches and IdleShards replace fleet-idle's Cache counts and
+	// Cluster sizes (DefaultIdleCaches, DefaultIdleShards); nil keeps them.
+	IdleCaches, IdleShards []int
 
 	scenario string // set by Run, for the progress label
 }
@@ -94,7 +97,10 @@ type Scenario struct {
 	// would repeat another scenario's run (hot-key-smear's naive mode is
 	// hot-key's: the same schedule against the same client).
 	OnlyModes []string
-	Plan      func(o Options) Plan
+	// Separate leaves the scenario out of -scenario all: it is run by
+	// name (fleet-idle, minutes of its own).
+	Separate bool
+	Plan     func(o Options) Plan
 }
 
 // Plan is a scenario fixed for one run.
