@@ -80,9 +80,17 @@ func fleetIdle(o Options) Plan {
 			}
 			res := ModeResult{Extra: map[string]float64{}}
 			for _, sh := range shards {
+				// A step that cannot run (Caches that do not start on a
+				// saturated machine) ends its Cluster size, not the run:
+				// what was measured stands, and the failure is a figure.
 				if err := idleCluster(ctx, o, sh, caches, window, res.Extra); err != nil {
-					return res, fmt.Errorf("%d+%d: %w", sh, sh, err)
+					if ctx.Err() != nil {
+						return res, err
+					}
+					o.logf("fleet-idle: %d+%d: %v", sh, sh, err)
+					res.Extra[fmt.Sprintf("c%d_failed_at_caches", sh)] = res.Extra[fmt.Sprintf("c%d_trying", sh)]
 				}
+				delete(res.Extra, fmt.Sprintf("c%d_trying", sh))
 			}
 			return res, nil
 		},
@@ -209,6 +217,7 @@ func idleCluster(ctx context.Context, o Options, shards int, caches []int, windo
 	}()
 	have := 0
 	for _, n := range caches {
+		extra[prefix+"trying"] = float64(n)
 		for have < n {
 			add := min(idleChunk, n-have)
 			k, err := launchChild(ctx, childEnv+"="+idleChildKind,
@@ -238,6 +247,8 @@ func idleCluster(ctx context.Context, o Options, shards int, caches []int, windo
 		extra[p+"cpu_pct_node"] = 100 * r.cpuPerNode
 		extra[p+"cpu_pct_per_process_node"] = 100 * per
 		extra[p+"projected_1000_pct_node"] = 100 * (base.cpuPerNode + 1000*per)
+		o.logf("fleet-idle: %d+%d, %d Caches: %.3f%% of a core per node, %.5f%% per process per node (idle Cluster %.3f%%), 1,000 processes: %.1f%%",
+			shards, shards, n, 100*r.cpuPerNode, 100*per, 100*base.cpuPerNode, 100*(base.cpuPerNode+1000*per))
 		cmds := make([]string, 0, len(r.calls))
 		for cmd := range r.calls {
 			cmds = append(cmds, cmd)
@@ -272,16 +283,23 @@ func idleChildMain(stdin io.Reader, stdout io.Writer) int {
 	readers := make([]Reader, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
+	sem := make(chan struct{}, 2)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			readers[i], errs[i] = NewHoldfast(ctx, ReaderConfig{RedisAddrs: addrs, Load: src.Load, TTL: baseTTL})
+			// New may time out on a machine this many Caches saturate:
+			// tried three times.
+			for range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				readers[i], errs[i] = NewHoldfast(ctx, ReaderConfig{RedisAddrs: addrs, Load: src.Load, TTL: baseTTL})
+				cancel()
+				if errs[i] == nil {
+					return
+				}
+			}
 		}()
 	}
 	wg.Wait()
