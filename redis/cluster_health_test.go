@@ -194,6 +194,45 @@ func TestClusterUniformReads(t *testing.T) {
 		t.Fatalf("max/mean = %.3f over %d nodes, want <= 1.2", ratio, len(counts))
 	}
 
+	// Idle, a shard is not polled: a fleet of processes that read nothing
+	// sends no INFO. The replicas' proof runs out, and the reads after it
+	// go to the primaries until the round they ask for proves the
+	// replicas again.
+	idle := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "u:", ReadBudget: 200 * time.Millisecond,
+		Cluster: ClusterOptions{PrimaryAfterWrite: -1, ReadinessInterval: 100 * time.Millisecond}})
+	waitReady(t, idle, 6, 10*time.Second)
+	total := func(f func(n *node) uint64) (v uint64) {
+		for _, n := range idle.nodes.topo.Load().nodes {
+			v += f(n)
+		}
+		return v
+	}
+	polls := func(n *node) uint64 { return n.polls.Load() + n.pollErrs.Load() }
+	replicaReads := func(n *node) uint64 {
+		if n.primary.Load() {
+			return 0
+		}
+		return n.reads.load()
+	}
+	time.Sleep(700 * time.Millisecond) // rounds asked for by waitReady's NodeStats end (a poll takes at most 500 ms)
+	p0 := total(polls)
+	time.Sleep(600 * time.Millisecond) // six intervals, past the proof's 100 ms + 500 ms
+	if got := total(polls) - p0; got != 0 {
+		t.Fatalf("%d polls while nothing read", got)
+	}
+	r0 := total(replicaReads)
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; total(replicaReads) == r0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no replica read within 5 s of reading again (%d polls since)", total(polls)-p0)
+		}
+		if _, _, err := idle.Get(ctx, fmt.Sprintf("ns:%d", i%keys)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = idle.Close()
+
 	// Disabled: rueidis's own routing, no per-node state, same answers.
 	plain := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "u:", Cluster: ClusterOptions{Disabled: true}})
 	if v, found, err := plain.Get(ctx, "ns:7"); err != nil || !found || string(v) != "v" || plain.NodeStats() != nil {
@@ -203,7 +242,7 @@ func TestClusterUniformReads(t *testing.T) {
 
 	// Close stops the background loop, the polls and every node client.
 	_ = tr.Close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > goroutines {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<16)

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,9 +25,10 @@ import (
 //     failures;
 //   - a watchdog (watchdog.go) that closes a connection with a request
 //     outstanding and nothing received for SilentConnTimeout (1 s);
-//   - readiness (readiness.go), polled in the background every second, each
-//     shard's primary first and then its replicas, which take reads only
-//     once they have reached the primary's offset;
+//   - readiness (readiness.go), polled in the background every second
+//     while the shard is read, each shard's primary first and then its
+//     replicas, which take reads only once they have reached the
+//     primary's offset;
 //   - random routing (routing.go): each read goes to a node picked uniformly
 //     among its slot's primary and ready replicas, never by latency (routing
 //     to the fastest node skewed the load five to ten times).
@@ -43,9 +43,13 @@ import (
 // answers with MOVED instead of its old data. Writes and the
 // MOVED/ASK follow-ups use the tier's Cluster client, which routes to
 // primaries and follows redirects itself. One goroutine (run) schedules
-// the background work: the watchdog scan each tick, the slot map every
-// TopologyInterval (and at once after a MOVED, ASK, CLUSTERDOWN or a role
-// change seen by a poll), the readiness polls, and the probes; the I/O
+// the background work: the watchdog scan each tick, the slot map (at once
+// after a MOVED, ASK, CLUSTERDOWN, a lost connection or a role change seen
+// by a poll, then every TopologyInterval for a minute and while a node is
+// ejected, otherwise every SteadyTopologyInterval), the readiness polls of
+// the shards being read, and the probes. A Cache that reads nothing thus
+// costs each node a CLUSTER SLOTS per SteadyTopologyInterval from a
+// fraction of the processes, and no INFO at all; the I/O
 // itself runs on goroutines owned by the Tier, one at most per node and
 // kind.
 
@@ -79,6 +83,16 @@ type node struct {
 	// primary, its primary's for a replica that had reached it; 0 if none.
 	// A slot written before it can be read here (routing.go).
 	currentAt atomic.Int64
+	// freshUntil is sinceStart until which the last round proves this
+	// replica (the bound of readiness.go): past it, reads skip it until a
+	// round proves it again. 0 when not ready.
+	freshUntil atomic.Int64
+	// On a shard's primary: wanted is set by every read routed to the
+	// shard and cleared when its round starts; roundAt is sinceStart when
+	// the last round started. Rounds run only for shards that are read
+	// (readiness.go).
+	wanted    atomic.Bool
+	roundAt   atomic.Int64
 	gen       atomic.Uint64
 	pollNow   atomic.Bool
 	closes    atomic.Uint64
@@ -113,6 +127,8 @@ type nodeSet struct {
 
 	topo    atomic.Pointer[topology]
 	ejected atomic.Int32
+	// kickedAt is sinceStart of the last kickTopology; 0 if none.
+	kickedAt atomic.Int64
 
 	mu         sync.Mutex
 	nodes      map[string]*node
@@ -156,6 +172,9 @@ func newNodeSet(t *Tier) (*nodeSet, error) {
 		s.closeAll()
 		return nil, err
 	}
+	// A start is a change too: a fresh Cluster lists a replica in
+	// CLUSTER SLOTS only once its offset has been gossiped.
+	s.kickedAt.Store(s.sinceStart())
 	// One readiness round before New returns, so that replicas take their
 	// share of reads from the first call.
 	var wg sync.WaitGroup
@@ -264,8 +283,7 @@ func (s *nodeSet) run() {
 	tk := time.NewTicker(s.tick)
 	defer tk.Stop()
 	now := time.Now()
-	nextTopo := now.Add(s.o.TopologyInterval)
-	nextPoll := now.Add(s.o.ReadinessInterval)
+	lastTopo := now
 	lastLevel := now
 	for {
 		select {
@@ -282,33 +300,42 @@ func (s *nodeSet) run() {
 			lastLevel = now
 			s.level(dt)
 		}
-		if !now.Before(nextTopo) {
-			nextTopo = now.Add(s.o.TopologyInterval)
+		if now.Sub(lastTopo) >= s.topologyEvery() {
+			lastTopo = now
 			s.startRefresh()
-		}
-		all := !now.Before(nextPoll)
-		if all {
-			nextPoll = now.Add(s.o.ReadinessInterval)
 		}
 		clock := s.clock()
 		tp := s.topo.Load()
 		for _, n := range tp.nodes {
 			if n.ejected.Load() {
 				s.maybeProbe(n, clock)
-				continue
 			}
-			s.expire(n)
 		}
 		for _, sh := range tp.shards {
-			if all || slices.ContainsFunc(sh.nodes, func(n *node) bool { return n.pollNow.Load() }) {
-				s.startRound(sh)
-			}
+			s.pollShard(sh)
 		}
 	}
 }
 
-// kickTopology asks the loop for a slot map refresh now.
+// settleFor is how long after the start or a sign that the Cluster is
+// changing (see kickTopology) the slot map is refreshed every TopologyInterval rather
+// than every SteadyTopologyInterval: a failover takes the node timeout
+// (15 s by default) and an election.
+const settleFor = time.Minute
+
+// topologyEvery is the slot map's refresh interval now.
+func (s *nodeSet) topologyEvery() time.Duration {
+	k := s.kickedAt.Load()
+	if s.ejected.Load() > 0 || (k != 0 && time.Duration(s.sinceStart()-k) < settleFor) {
+		return s.o.TopologyInterval
+	}
+	return s.o.SteadyTopologyInterval
+}
+
+// kickTopology asks the loop for a slot map refresh now, and refreshes
+// it every TopologyInterval for settleFor.
 func (s *nodeSet) kickTopology() {
+	s.kickedAt.Store(s.sinceStart())
 	select {
 	case s.kick <- struct{}{}:
 	default:

@@ -12,7 +12,9 @@ type NodeState int32
 
 // The node states.
 const (
-	// NodeReady: the node takes reads.
+	// NodeReady: the node takes reads. (A replica of a shard not read
+	// for longer than its readiness bound takes them again after the
+	// round that the shard's next read asks for.)
 	NodeReady NodeState = iota
 	// NodeNotReady: a replica that is syncing, loading, lagging, whose
 	// link to its primary is down, or that has not been polled since its
@@ -74,11 +76,19 @@ func (n *node) state() NodeState {
 // NodeStats returns a snapshot of every Cluster node's counters and state,
 // sorted by address; nil for a standalone server or with per-node health
 // Disabled. Nodes that left the slot map lately are included, not ready.
+//
+// Replicas are polled only while their shard is read (readiness.go); a
+// call asks for the rounds, as a read does, so that a replica of a shard
+// not read for a while is polled and reported afresh within a tick of
+// the node set's loop (50 ms).
 func (t *Tier) NodeStats() []NodeStats {
 	if t.nodes == nil {
 		return nil
 	}
 	tp := t.nodes.topo.Load()
+	for _, sh := range tp.shards {
+		sh.nodes[0].wanted.Store(true)
+	}
 	nodes := slices.Clone(tp.nodes)
 	t.nodes.mu.Lock()
 	for _, rn := range t.nodes.retired {

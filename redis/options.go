@@ -165,12 +165,14 @@ type ClusterOptions struct {
 	// once and the next request reconnects. Default 1 s.
 	SilentConnTimeout time.Duration
 
-	// ReadinessInterval is how often every node's INFO replication and
+	// ReadinessInterval is how often the nodes' INFO replication and
 	// persistence are polled in the background, each shard's primary
-	// first, then its replicas. A replica takes reads only while its last
-	// round, begun at most ReadinessInterval + 500 ms earlier, found it
-	// caught up with where its primary was at the round's start (see
-	// readiness.go for the exact bound). Default 1 s.
+	// first, then its replicas, for the shards being read (a shard not
+	// read since its last round is polled again when a read asks for it).
+	// A replica takes reads only while its last round, begun at most
+	// ReadinessInterval + 500 ms earlier, found it caught up with where
+	// its primary was at the round's start (see readiness.go for the exact
+	// bound). Default 1 s.
 	ReadinessInterval time.Duration
 	// MaxReplicaLag is how far, in bytes of replication stream, a replica
 	// may be short of its primary's offset, polled just before it in the
@@ -181,10 +183,18 @@ type ClusterOptions struct {
 	MaxReplicaLag int64
 
 	// TopologyInterval is how often the slot map (CLUSTER SLOTS) is
-	// refreshed; it is also refreshed at once after a MOVED or ASK reply.
-	// rueidis's own map (used by writes) is refreshed at the same
-	// interval. Default 1 s.
+	// refreshed while the Cluster may be changing: while a node is
+	// ejected, and for a minute after a MOVED, ASK, TRYAGAIN or
+	// CLUSTERDOWN reply, a lost node connection or a poll that found a
+	// node in another role than the map's (each of which also refreshes
+	// it at once). Default 1 s.
 	TopologyInterval time.Duration
+	// SteadyTopologyInterval is how often the slot map is refreshed
+	// otherwise (at least TopologyInterval), and rueidis's own map, which
+	// rueidis also refreshes on its redirects and lost connections. A
+	// refresh per process and interval, from every process of a fleet,
+	// is what a node pays for this. Default 30 s.
+	SteadyTopologyInterval time.Duration
 
 	// PrimaryAfterWrite sends the reads of a hash slot to its primary for
 	// this long after this Tier wrote to that slot, so that a process
@@ -231,6 +241,7 @@ const (
 	DefaultReadinessInterval       = time.Second
 	DefaultMaxReplicaLag           = 0
 	DefaultTopologyInterval        = time.Second
+	DefaultSteadyTopologyInterval  = 30 * time.Second
 	DefaultPrimaryAfterWrite       = time.Second
 	DefaultHotCopies               = 5
 	DefaultHotCopyTTL              = time.Minute
@@ -241,7 +252,8 @@ const (
 func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
 	if c.ConsecutiveFailures < 0 || c.MinRequests < 0 || c.Window < 0 || c.ProbeInterval < 0 ||
 		c.MaxProbeInterval < 0 || c.ProbeTimeout < 0 || c.SilentConnTimeout < 0 ||
-		c.ReadinessInterval < 0 || c.MaxReplicaLag < 0 || c.TopologyInterval < 0 || c.HotCopies < 0 || c.HotCopyTTL < 0 {
+		c.ReadinessInterval < 0 || c.MaxReplicaLag < 0 || c.TopologyInterval < 0 || c.SteadyTopologyInterval < 0 ||
+		c.HotCopies < 0 || c.HotCopyTTL < 0 {
 		return c, errors.New("redis tier: negative Cluster option")
 	}
 	if c.FailureRate < 0 || c.FailureRate > 1 || c.MaxEjectedShare < 0 || c.MaxEjectedShare > 1 {
@@ -283,6 +295,8 @@ func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
 	set(&c.SilentConnTimeout, DefaultSilentConnTimeout)
 	set(&c.ReadinessInterval, DefaultReadinessInterval)
 	set(&c.TopologyInterval, DefaultTopologyInterval)
+	set(&c.SteadyTopologyInterval, DefaultSteadyTopologyInterval)
+	c.SteadyTopologyInterval = max(c.SteadyTopologyInterval, c.TopologyInterval)
 	set(&c.PrimaryAfterWrite, DefaultPrimaryAfterWrite)
 	set(&c.HotCopyTTL, DefaultHotCopyTTL)
 	if c.MaxProbeInterval < c.ProbeInterval {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,11 +18,16 @@ import (
 // followed. Liveness is not readiness: a replica takes reads only when
 // its own INFO says it holds what its primary held a moment ago. Nodes are
 // polled in the background with INFO replication persistence, never per
-// request, in rounds: every ReadinessInterval (and at once after a node
-// reconnects, comes back from ejection, changes role or rejoins the map)
-// each shard's primary is polled first and its replicas once it has
-// answered, so that the primary's master_repl_offset is a point the
-// replicas must have reached when they are asked. A replica is ready when
+// request, in rounds: every ReadinessInterval while the shard is read
+// (and at once after a node reconnects, comes back from ejection, changes
+// role or rejoins the map) each shard's primary is polled first and its
+// replicas once it has answered, so that the primary's master_repl_offset
+// is a point the replicas must have reached when they are asked. A shard
+// that no read was routed to since its last round is not polled: a fleet
+// of idle processes sends no INFO. Its replicas' proof then runs out, and
+// the first read skips them for the primary and asks for the round that
+// proves them again, on the node set's next tick (50 ms). NodeStats asks
+// for it too. A replica is ready when
 //
 //	role:slave, master_link_status:up, master_sync_in_progress:0, loading:0
 //	(and async_loading:0), and its slave_repl_offset is at least the
@@ -184,6 +191,8 @@ func (s *nodeSet) startRound(sh shard) {
 	if len(claimed) == 0 {
 		return
 	}
+	sh.nodes[0].wanted.Store(false)
+	sh.nodes[0].roundAt.Store(s.sinceStart())
 	for _, n := range claimed {
 		n.pollNow.Store(false)
 	}
@@ -192,6 +201,30 @@ func (s *nodeSet) startRound(sh shard) {
 			n.mu.Lock()
 			n.polling = false
 			n.mu.Unlock()
+		}
+	}
+}
+
+// pollShard starts sh's round when one of its nodes asks for a poll at
+// once (pollNow), or when a read was routed to the shard since its last
+// round and that round is ReadinessInterval old. A shard nobody reads is
+// not polled: its replicas' proof runs out (freshUntil), reads skip them
+// and go to the primary, and the first such read asks for the round that
+// proves them again, on the loop's next tick.
+func (s *nodeSet) pollShard(sh shard) {
+	p := sh.nodes[0]
+	if slices.ContainsFunc(sh.nodes, func(n *node) bool { return n.pollNow.Load() }) ||
+		(p.wanted.Load() && s.sinceStart()-p.roundAt.Load() >= int64(s.o.ReadinessInterval)) {
+		s.startRound(sh)
+	}
+	if p.wanted.Load() {
+		// Read since its round started: a replica whose rounds stall
+		// says so, not ready. (An idle shard's replicas keep their state,
+		// and reads skip them by freshUntil until they are polled.)
+		for _, n := range sh.nodes {
+			if !n.ejected.Load() {
+				s.expire(n)
+			}
 		}
 	}
 }
@@ -320,6 +353,7 @@ func (s *nodeSet) assess(n *node) {
 	var ready, late bool
 	var reason string
 	current := int64(0) // see node.currentAt
+	fresh := int64(0)   // see node.freshUntil; 0 for no bound
 	switch {
 	case n.replOK && n.replGen == n.gen.Load() && isPrimary && !n.repl.primary:
 		// A demoted primary answers READONLY reads from its old data until
@@ -347,6 +381,7 @@ func (s *nodeSet) assess(n *node) {
 		case now-proofAt > s.overdue():
 			ready, reason, late = false, "last readiness round too old", true
 		}
+		fresh = proofAt + s.overdue()
 		if ready && n.repl.offset >= n.ref.offset {
 			current = n.ref.sent
 		}
@@ -371,6 +406,14 @@ func (s *nodeSet) assess(n *node) {
 	}
 	if current > n.currentAt.Load() || !ready {
 		n.currentAt.Store(current)
+	}
+	switch {
+	case !ready:
+		n.freshUntil.Store(0)
+	case fresh == 0:
+		n.freshUntil.Store(math.MaxInt64)
+	default:
+		n.freshUntil.Store(fresh)
 	}
 	if ready && !n.ready.Load() {
 		n.readies++

@@ -65,16 +65,32 @@ func (s *nodeSet) pick(sl uint16) (n *node, viaPrimary, covered bool) {
 	}
 	nodes := tp.shards[si].nodes
 	p := nodes[0]
+	if !p.wanted.Load() {
+		p.wanted.Store(true) // its readiness is wanted: see nodeSet.pollShard
+	}
 	w := s.written[sl].Load()
 	if s.recentlyWritten(w) && !p.ejected.Load() {
 		return p, true, true
 	}
 	var buf [8]*node
 	cand := buf[:0]
+	now := int64(0)
 	for _, x := range nodes {
-		if !x.ejected.Load() && x.ready.Load() && (w == 0 || x.currentAt.Load() > w) {
-			cand = append(cand, x)
+		if x.ejected.Load() || !x.ready.Load() || (w != 0 && x.currentAt.Load() <= w) {
+			continue
 		}
+		if x != p {
+			// A replica of a shard not read lately has not been polled
+			// since: it takes reads again after the round this read asks
+			// for.
+			if now == 0 {
+				now = s.sinceStart()
+			}
+			if now >= x.freshUntil.Load() {
+				continue
+			}
+		}
+		cand = append(cand, x)
 	}
 	switch {
 	case len(cand) == 0 && w != 0 && !p.ejected.Load():

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,9 +72,18 @@ func TestRoutingChoices(t *testing.T) {
 		t.Fatalf("replica not ready yet: %v", got)
 	}
 	r.ready.Store(true)
+	r.freshUntil.Store(math.MaxInt64)
 	if got := count(); got["p"] < 850 || got["r"] < 850 {
 		t.Fatalf("uniform choice: %v", got)
 	}
+	// A replica whose last round no longer proves it (a shard not read
+	// for a while) is skipped, and the reads ask for a round.
+	r.freshUntil.Store(s.sinceStart())
+	p.wanted.Store(false)
+	if got := count(); got["p"] != 2000 || !p.wanted.Load() {
+		t.Fatalf("replica past its proof: %v, round wanted %v", got, p.wanted.Load())
+	}
+	r.freshUntil.Store(math.MaxInt64)
 	s.o.PrimaryAfterWrite = time.Minute
 	s.wrote(5)
 	for i := 0; i < 100; i++ {

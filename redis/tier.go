@@ -104,9 +104,12 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 	}
 	co.Dialer.Timeout = o.DialTimeout
 	if !o.Cluster.Disabled {
-		// Ignored by a standalone server. In a Cluster, rueidis's own slot
-		// map (which writes use) follows failovers at this pace too.
-		co.ClusterOption.ShardsRefreshInterval = o.Cluster.TopologyInterval
+		// Ignored by a standalone server. In a Cluster, rueidis refreshes
+		// its own map (which keyless commands and redirected ones use) on
+		// MOVED, ASK, TRYAGAIN, CLUSTERDOWN and lost connections, and
+		// otherwise at the Tier's steady pace: each refresh asks up to
+		// four nodes.
+		co.ClusterOption.ShardsRefreshInterval = o.Cluster.SteadyTopologyInterval
 	}
 	client, err := rueidis.NewClient(co)
 	if err != nil {

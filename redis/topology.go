@@ -15,9 +15,11 @@ import (
 )
 
 // The slot map: which nodes serve which hash slots, read with CLUSTER SLOTS
-// every TopologyInterval, and at once after a MOVED, ASK, TRYAGAIN or
-// CLUSTERDOWN reply, a lost node connection, or a poll that finds a node in
-// another role than the map's.
+// at once after a MOVED, ASK, TRYAGAIN or CLUSTERDOWN reply, a lost node
+// connection, or a poll that finds a node in another role than the map's;
+// then every TopologyInterval for settleFor, and while a node is ejected;
+// otherwise every SteadyTopologyInterval, as rueidis refreshes its own map
+// only on its redirects and lost connections (and an optional timer).
 
 // topology is an immutable snapshot of the slot map.
 type topology struct {
