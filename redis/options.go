@@ -324,8 +324,14 @@ type StreamOptions struct {
 	// Heartbeat is how often a listening process publishes a heartbeat on
 	// a channel of its own, to know that the stream delivers: one overdue
 	// by five intervals is reported as a possible loss, and the process
-	// subscribes again elsewhere. Default 100 ms.
+	// subscribes again elsewhere. In a Cluster each heartbeat crosses the
+	// bus to every node. Default 1 s.
 	Heartbeat time.Duration
+	// PingInterval is how often the subscription is sent a PING when it
+	// received nothing for that long: unanswered for five intervals (a
+	// frozen node, a dead connection), it counts as a loss too. Default
+	// 100 ms.
+	PingInterval time.Duration
 }
 
 // Defaults of Options.
@@ -336,7 +342,8 @@ const (
 	DefaultPingTimeout    = time.Second
 	DefaultMaxKeyBytes    = 1 << 10
 	DefaultMaxStoredBytes = 1<<20 + tier.HeaderSize
-	DefaultHeartbeat      = 100 * time.Millisecond
+	DefaultHeartbeat      = time.Second
+	DefaultStreamPing     = 100 * time.Millisecond
 )
 
 // withDefaults validates o and returns a copy with the defaults filled in.
@@ -379,11 +386,14 @@ func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
 		// A hash tag in the prefix would put every key in one Cluster slot.
 		return o, breaker.Settings{}, fmt.Errorf("redis tier: KeyPrefix %q contains a hash tag brace", o.KeyPrefix)
 	}
-	if o.Stream.Heartbeat < 0 {
-		return o, breaker.Settings{}, errors.New("redis tier: negative Stream.Heartbeat")
+	if o.Stream.Heartbeat < 0 || o.Stream.PingInterval < 0 {
+		return o, breaker.Settings{}, errors.New("redis tier: negative Stream.Heartbeat or Stream.PingInterval")
 	}
 	if o.Stream.Heartbeat == 0 {
 		o.Stream.Heartbeat = DefaultHeartbeat
+	}
+	if o.Stream.PingInterval == 0 {
+		o.Stream.PingInterval = DefaultStreamPing
 	}
 	if o.Stream.Channel == "" {
 		o.Stream.Channel = o.KeyPrefix + "holdfast:invalidations"

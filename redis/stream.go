@@ -36,19 +36,30 @@ import (
 //
 // In a Cluster, a classic PUBLISH reaches every node over the cluster bus,
 // so a process listens on any one node, and moves to another when that one
-// fails. What cannot be seen is a message lost on its way: so every
-// Heartbeat each process publishes a heartbeat on a channel of its own
-// (through the tier's client, which spreads keyless commands over the
-// nodes), and hearing its own heartbeat come back is how it knows the
-// stream delivers (tier.Listener.Heard). A heartbeat overdue by
-// LostAfterHeartbeats intervals, or a broken subscription, is reported as
-// a loss (Listener.Lost), and the process subscribes again, on another
-// node; its Cache then checks what it holds against the shared tier.
+// fails. What cannot be seen is a message lost on its way. Two checks:
+//
+//   - every Heartbeat (1 s) each process publishes a heartbeat on a
+//     channel of its own (through the tier's client, which spreads keyless
+//     commands over the nodes), and hearing it come back is how it knows
+//     the stream delivers, bus included (tier.Listener.Heard);
+//   - every PingInterval (100 ms) in which its subscription received
+//     nothing, it PINGs the subscribed node on that connection.
+//
+// A heartbeat overdue by lostAfterHeartbeats intervals (5 s), a
+// subscription unanswered for as many PingIntervals (500 ms), or a broken
+// one, is reported as a loss (Listener.Lost), and the process subscribes
+// again, on another node; its Cache then checks what it holds against the
+// shared tier. The PING costs the one node; the heartbeat costs every node
+// of the Cluster, which is why it is the slower of the two: a frozen or
+// dead node, the common fault, is found at the PING's pace, a node cut
+// off from the bus alone at the heartbeat's, both well within
+// Hot.MaxUnheard (15 s).
 
 var _ tier.InvalidationStream = (*Tier)(nil)
 
-// lostAfterHeartbeats is how many heartbeat intervals may pass without one
-// before the stream is reported lost.
+// lostAfterHeartbeats is how many heartbeat intervals may pass without one,
+// or PingIntervals without an answer on the subscription, before the
+// stream is reported lost.
 const lostAfterHeartbeats = 5
 
 // Stream reconnects back off from streamBackoff, doubling, to
@@ -56,7 +67,7 @@ const lostAfterHeartbeats = 5
 const (
 	streamBackoff = 50 * time.Millisecond
 	// maxStreamBackoff is short: an attempt on a frozen node already takes
-	// lostAfterHeartbeats intervals to give up, and the pause after it is
+	// lostAfterHeartbeats PingIntervals to give up, and the pause after it is
 	// what may add to the time until the process hears again once the
 	// outage ends, and with it until updates made meanwhile reach it. Ten
 	// dials a second at most, against a node that refuses them, is cheap.
@@ -145,16 +156,20 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 	defer sub.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var last atomic.Int64 // when a heartbeat last came back
+	var last atomic.Int64  // when a heartbeat last came back
+	var alive atomic.Int64 // when the subscription last received anything
 	start := time.Now()
 	last.Store(start.UnixNano())
+	alive.Store(start.UnixNano())
 	var gotOne atomic.Bool
 	done := make(chan error, 1)
 	go func() {
 		cmd := sub.B().Subscribe().Channel(t.opts.Stream.Channel, hb).Build()
 		err := sub.Receive(sctx, cmd, func(m rueidis.PubSubMessage) {
+			now := time.Now().UnixNano()
+			alive.Store(now)
 			if m.Channel == hb {
-				last.Store(time.Now().UnixNano())
+				last.Store(now)
 				gotOne.Store(true)
 				if t.streamLost.CompareAndSwap(true, false) {
 					t.streamRecovered()
@@ -173,15 +188,43 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 		t.flog.failed(err) // a refused SUBSCRIBE (an ACL without the channel)
 		done <- err
 	}()
+	// A PING on the subscription's own connection, when it received
+	// nothing for a PingInterval, says within lostAfterHeartbeats of them
+	// that its node froze or the connection died: it costs that node
+	// alone. The heartbeat, which crosses the cluster bus to every node,
+	// proves the whole way at the slower Heartbeat.
+	pingEvery, every := t.opts.Stream.PingInterval, t.opts.Stream.Heartbeat
+	var pings sync.WaitGroup
+	defer func() {
+		cancel() // ends a PING in flight
+		pings.Wait()
+	}()
+	var pinging atomic.Bool
+	ping := func() {
+		if !pinging.CompareAndSwap(false, true) {
+			return
+		}
+		pings.Add(1)
+		go func() {
+			defer pings.Done()
+			defer pinging.Store(false)
+			pctx, pcancel := context.WithTimeout(sctx, lostAfterHeartbeats*pingEvery)
+			defer pcancel()
+			if sub.Do(pctx, sub.B().Ping().Build()).Error() == nil {
+				alive.Store(time.Now().UnixNano())
+			}
+		}()
+	}
 	// Until its first heartbeat comes back, a new subscription sends one
-	// every fifth of the interval: how soon the stream counts as heard
+	// every fifth of the PingInterval: how soon the stream counts as heard
 	// again after an outage is how soon the hot copies from before it are
 	// checked and the breaker's backoff cut short, and updates made
 	// meanwhile wait on it. (One sent before the SUBSCRIBE took effect is
 	// simply not heard.)
-	every := t.opts.Stream.Heartbeat
-	tick := time.NewTicker(max(every/5, time.Millisecond))
+	fast := max(min(pingEvery, every)/5, time.Millisecond)
+	tick := time.NewTicker(fast)
 	defer tick.Stop()
+	slow := false
 	var sent time.Time
 	for {
 		select {
@@ -192,7 +235,8 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 		case <-done:
 			return gotOne.Load()
 		case now := <-tick.C:
-			if now.UnixNano()-last.Load() > int64(lostAfterHeartbeats*every) {
+			ns := now.UnixNano()
+			if ns-last.Load() > int64(lostAfterHeartbeats*every) || ns-alive.Load() > int64(lostAfterHeartbeats*pingEvery) {
 				cancel()
 				<-done
 				return gotOne.Load()
@@ -200,6 +244,13 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 			if !gotOne.Load() || now.Sub(sent) >= every {
 				t.heartbeat(ctx, hb, now)
 				sent = now
+			}
+			if ns-alive.Load() >= int64(pingEvery) {
+				ping()
+			}
+			if !slow && gotOne.Load() {
+				slow = true
+				tick.Reset(max(pingEvery/2, time.Millisecond))
 			}
 		}
 	}

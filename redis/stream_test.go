@@ -155,9 +155,13 @@ func TestStreamPropagatesUpdates(t *testing.T) {
 	}
 }
 
-// The server freezes (SIGSTOP): the reader cannot hear, reports the loss,
-// and keeps serving its hot copy (no flush); an update made meanwhile is
-// replayed after the thaw, heard, and served within a second.
+// The server freezes (SIGSTOP): the reader cannot hear, reports the loss
+// as soon as with a heartbeat every 100 ms (its subscription goes
+// unanswered for 500 ms; about 1.5 s here, the subscription's teardown
+// included), though a heartbeat now goes every second, and keeps serving
+// its hot copy (no flush);
+// an update made meanwhile is replayed after the thaw, heard, and served
+// within a second.
 func TestStreamThroughAFrozenServer(t *testing.T) {
 	srv := redistest.Standalone(t)
 	o := Options{Addrs: []string{srv.Addr()}, PingTimeout: 300 * time.Millisecond}
@@ -173,8 +177,24 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 		waitUntil(t, 5*time.Second, k+" in Redis", func() bool { _, ok, _ := probe.Get(context.Background(), k); return ok })
 	}
 
+	// Idle, the two listening processes publish a heartbeat a second
+	// each: in a Cluster, each one reaches every node.
+	pub0 := commandCalls(t, srv, "publish")
+	time.Sleep(2 * time.Second)
+	if pubs := commandCalls(t, srv, "publish") - pub0; pubs > 8 {
+		t.Errorf("%d PUBLISHes in 2 s from 2 idle processes, want about 4", pubs)
+	}
+
 	srv.Freeze()
+	frozen := time.Now()
 	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !testhook.StreamHeard(rc) })
+	// Five unanswered PingIntervals, and the teardown; wide margin for a
+	// busy machine, and short of the five heartbeats (5 s) alone.
+	lost := time.Since(frozen)
+	t.Logf("loss reported %v after the freeze", lost)
+	if lost > 2500*time.Millisecond {
+		t.Errorf("loss reported %v after the freeze, want about 500 ms", lost)
+	}
 	want := src.update("p1")
 	if err := writer.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
@@ -192,7 +212,7 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	took := time.Since(thawed)
 	t.Logf("served the update %v after the thaw", took)
 	if took > 3*time.Second {
-		t.Fatalf("the update took %v after the thaw (replay every 500 ms, a heartbeat every 100 ms)", took)
+		t.Fatalf("the update took %v after the thaw (replay every 500 ms, a heartbeat every 20 ms until heard)", took)
 	}
 	waitUntil(t, 5*time.Second, "the revalidation", func() bool { return reader.Stats().Get("revalidated") > 0 })
 	if res := get(t, reader, "p2", src.Load); res.Source != holdfast.SourceHot {
