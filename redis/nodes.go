@@ -146,6 +146,13 @@ type nodeSet struct {
 	levelRound uint64 // the loop's count of leveling intervals (level.go)
 }
 
+// clusterKeepAlive is how long a Cluster connection may be idle before
+// rueidis PINGs it (Dialer.KeepAlive; rueidis's default is a second). A
+// connection with a request outstanding is the watchdog's: a PING a second
+// on each idle one, from every process, would be the most of what an
+// idle fleet costs a node.
+const clusterKeepAlive = 10 * time.Second
+
 // pollTimeout bounds a readiness poll and a slot map request.
 const pollTimeout = 500 * time.Millisecond
 
@@ -217,6 +224,7 @@ func (s *nodeSet) nodeClient(n *node, readonly bool) rueidis.Client {
 	co := singleNodeOption(o, n.addr)
 	co.AlwaysPipelining = true
 	co.PipelineMultiplex = -1 // one connection per node, as rueidis's Cluster client
+	co.Dialer.KeepAlive = clusterKeepAlive
 	co.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
 		return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password, readonly)
 	}

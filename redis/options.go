@@ -70,9 +70,15 @@ type Options struct {
 	// a PING.
 	// It frees a connection to a frozen server so the next call reconnects
 	// instead of queueing behind it, two to three seconds after the
-	// freeze. In a Cluster, node connections also have the watchdog of
+	// freeze. In a Cluster with per-node health, a connection is PINGed
+	// after 10 s idle instead of 1 s (a PING a second on every idle
+	// connection of every process is most of what an idle fleet would
+	// cost a node), and node connections have the watchdog of
 	// ClusterOptions.SilentConnTimeout, which closes them one second after
-	// a request went unanswered. Default 1 s (rueidis's default is 10 s).
+	// a request went unanswered; a connection of the tier's own Cluster
+	// client (keyless commands, redirects followed) to a frozen node is
+	// freed 10 to 20 s after the freeze. Default 1 s (rueidis's default is
+	// 10 s).
 	PingTimeout time.Duration
 
 	// MaxKeyBytes is the largest key accepted, KeyPrefix included. A longer

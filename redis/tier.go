@@ -112,6 +112,15 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 		co.ClusterOption.ShardsRefreshInterval = o.Cluster.SteadyTopologyInterval
 	}
 	client, err := rueidis.NewClient(co)
+	if err == nil && client.Mode() == rueidis.ClientModeCluster && !o.Cluster.Disabled {
+		// Whether it is a Cluster is known only once connected. With
+		// per-node health, the watchdog frees a connection with a request
+		// outstanding (SilentConnTimeout), and the idle ones need no PING
+		// a second each: made again, once, with the Cluster's pace.
+		client.Close()
+		co.Dialer.KeepAlive = clusterKeepAlive
+		client, err = rueidis.NewClient(co)
+	}
 	if err != nil {
 		flog.failed(err)
 		return nil, connectError(o.Addrs, err)
