@@ -60,7 +60,7 @@ func (t *Tier) Health() tier.Health {
 		}
 	}
 	if t.nodes != nil {
-		for _, n := range t.NodeStats() {
+		for _, n := range t.nodeStats(false) {
 			state := "ready"
 			switch n.State {
 			case NodeNotReady:

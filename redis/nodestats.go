@@ -81,13 +81,20 @@ func (n *node) state() NodeState {
 // call asks for the rounds, as a read does, so that a replica of a shard
 // not read for a while is polled and reported afresh within a tick of
 // the node set's loop (50 ms).
-func (t *Tier) NodeStats() []NodeStats {
+func (t *Tier) NodeStats() []NodeStats { return t.nodeStats(true) }
+
+// nodeStats is NodeStats; ask says whether to ask for the rounds. Health
+// does not: the Cache asks for it four times a second, whether anything
+// is read or not.
+func (t *Tier) nodeStats(ask bool) []NodeStats {
 	if t.nodes == nil {
 		return nil
 	}
 	tp := t.nodes.topo.Load()
 	for _, sh := range tp.shards {
-		sh.nodes[0].wanted.Store(true)
+		if ask {
+			sh.nodes[0].wanted.Store(true)
+		}
 	}
 	nodes := slices.Clone(tp.nodes)
 	t.nodes.mu.Lock()

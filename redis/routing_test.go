@@ -84,6 +84,15 @@ func TestRoutingChoices(t *testing.T) {
 		t.Fatalf("replica past its proof: %v, round wanted %v", got, p.wanted.Load())
 	}
 	r.freshUntil.Store(math.MaxInt64)
+	// Health, which the Cache reads four times a second, asks for no
+	// round; NodeStats does.
+	p.wanted.Store(false)
+	if tr.Health(); p.wanted.Load() {
+		t.Fatal("Health asked for a readiness round")
+	}
+	if tr.NodeStats(); !p.wanted.Load() {
+		t.Fatal("NodeStats asked for no readiness round")
+	}
 	s.o.PrimaryAfterWrite = time.Minute
 	s.wrote(5)
 	for i := 0; i < 100; i++ {
