@@ -335,8 +335,8 @@ type StreamOptions struct {
 	Heartbeat time.Duration
 	// PingInterval is how often the subscription is sent a PING when it
 	// received nothing for that long: unanswered for five intervals (a
-	// frozen node, a dead connection), it counts as a loss too. Default
-	// 100 ms.
+	// frozen node, a dead connection), it counts as a loss too. Each PING
+	// costs the subscribed node alone. Default 200 ms.
 	PingInterval time.Duration
 }
 
@@ -349,7 +349,7 @@ const (
 	DefaultMaxKeyBytes    = 1 << 10
 	DefaultMaxStoredBytes = 1<<20 + tier.HeaderSize
 	DefaultHeartbeat      = time.Second
-	DefaultStreamPing     = 100 * time.Millisecond
+	DefaultStreamPing     = 200 * time.Millisecond
 )
 
 // withDefaults validates o and returns a copy with the defaults filled in.

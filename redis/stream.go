@@ -42,11 +42,11 @@ import (
 //     channel of its own (through the tier's client, which spreads keyless
 //     commands over the nodes), and hearing it come back is how it knows
 //     the stream delivers, bus included (tier.Listener.Heard);
-//   - every PingInterval (100 ms) in which its subscription received
+//   - every PingInterval (200 ms) in which its subscription received
 //     nothing, it PINGs the subscribed node on that connection.
 //
 // A heartbeat overdue by lostAfterHeartbeats intervals (5 s), a
-// subscription unanswered for as many PingIntervals (500 ms), or a broken
+// subscription unanswered for as many PingIntervals (1 s), or a broken
 // one, is reported as a loss (Listener.Lost), and the process subscribes
 // again, on another node; its Cache then checks what it holds against the
 // shared tier. The PING costs the one node; the heartbeat costs every node
@@ -73,6 +73,10 @@ const (
 	// dials a second at most, against a node that refuses them, is cheap.
 	maxStreamBackoff = 100 * time.Millisecond
 )
+
+// firstHeartbeats is how often a new subscription sends a heartbeat until
+// one comes back.
+const firstHeartbeats = 20 * time.Millisecond
 
 // announcementMagic starts every announcement, to tell it from any other
 // message a channel might carry.
@@ -216,12 +220,12 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 		}()
 	}
 	// Until its first heartbeat comes back, a new subscription sends one
-	// every fifth of the PingInterval: how soon the stream counts as heard
+	// every 20 ms (firstHeartbeats): how soon the stream counts as heard
 	// again after an outage is how soon the hot copies from before it are
 	// checked and the breaker's backoff cut short, and updates made
 	// meanwhile wait on it. (One sent before the SUBSCRIBE took effect is
 	// simply not heard.)
-	fast := max(min(pingEvery, every)/5, time.Millisecond)
+	fast := max(min(firstHeartbeats, pingEvery, every), time.Millisecond)
 	tick := time.NewTicker(fast)
 	defer tick.Stop()
 	slow := false

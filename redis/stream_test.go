@@ -156,15 +156,16 @@ func TestStreamPropagatesUpdates(t *testing.T) {
 }
 
 // The server freezes (SIGSTOP): the reader cannot hear, reports the loss
-// as soon as with a heartbeat every 100 ms (its subscription goes
-// unanswered for 500 ms; about 1.5 s here, the subscription's teardown
-// included), though a heartbeat now goes every second, and keeps serving
-// its hot copy (no flush);
+// when its subscription goes unanswered for five PingIntervals (100 ms
+// here: about 1.5 s, the subscription's teardown included, as with a
+// heartbeat every 100 ms), long before five of the heartbeats that go
+// every second would be overdue, and keeps serving its hot copy (no flush);
 // an update made meanwhile is replayed after the thaw, heard, and served
 // within a second.
 func TestStreamThroughAFrozenServer(t *testing.T) {
 	srv := redistest.Standalone(t)
-	o := Options{Addrs: []string{srv.Addr()}, PingTimeout: 300 * time.Millisecond}
+	o := Options{Addrs: []string{srv.Addr()}, PingTimeout: 300 * time.Millisecond,
+		Stream: StreamOptions{PingInterval: 100 * time.Millisecond}}
 	src := &versionedSource{}
 	_, writer := newListeningCache(t, o, hotPolicy)
 	rc, reader := newListeningCache(t, o, hotPolicy)
