@@ -108,7 +108,15 @@ type idleSample struct {
 }
 
 func sampleIdle(addr string) (idleSample, error) {
-	text, err := Command(addr, 2*time.Second, "INFO", "cpu", "commandstats")
+	// 200 Caches on 60 nodes can hold the machine's 2 cores for seconds:
+	// a sample is tried three times.
+	var text string
+	var err error
+	for range 3 {
+		if text, err = Command(addr, 5*time.Second, "INFO", "cpu", "commandstats"); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return idleSample{}, err
 	}
@@ -229,7 +237,7 @@ func idleCluster(ctx context.Context, o Options, shards int, caches []int, windo
 				return err
 			}
 			kids = append(kids, k)
-			if err := k.waitReady(2 * time.Minute); err != nil {
+			if err := k.waitReady(6 * time.Minute); err != nil {
 				kids = kids[:len(kids)-1]
 				return err
 			}
