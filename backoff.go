@@ -65,8 +65,12 @@ func (n *Namespace) loadFailed(key string, err error) {
 	n.backoff.Set(key, loadFailure{err, streak, retryAt}, 0, retryAt+int64(ceiling), now)
 }
 
-// loadSucceeded starts key's backoff over: the source answered.
-func (n *Namespace) loadSucceeded(key string) {
+// forgetLoadFailure starts key's backoff over: the source answered, or the
+// key was invalidated. An invalidation says the source holds a new value, so
+// the last failure, with the old value, says nothing about loading it; the
+// next read loads at once (one call per invalidation, so the backoff still
+// bounds an outage's cost while invalidations are rare beside reads).
+func (n *Namespace) forgetLoadFailure(key string) {
 	if n.backoff != nil && n.backoff.Get(key, n.now()) != nil {
 		n.backoff.Delete(key)
 	}

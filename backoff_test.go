@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/inmem"
 	"github.com/holdfast-dev/holdfast/internal/fakeclock"
 )
 
@@ -219,4 +220,63 @@ func offsets(ts []time.Time, start time.Time) []time.Duration {
 		out[i] = t.Sub(start)
 	}
 	return out
+}
+
+// An invalidation ends the key's load-error backoff, in the process that
+// made it and in every process that hears it: the source holds a new value,
+// so a failure to load the old one says nothing about it. Without this, a
+// process whose loads failed during a database outage answered an update
+// made just after the database's return with the old value and the
+// outage's error until its retry was due.
+func TestInvalidationEndsTheLoadErrorBackoff(t *testing.T) {
+	shared := inmem.New(nil)
+	src := &source{}
+	p := hotEverywhere
+	p.LoadErrorBackoff = time.Hour // no retry falls due during the test
+	a := newListeningNS(t, holdfast.Options{Shared: shared}, p)
+	b := newListeningNS(t, holdfast.Options{Shared: shared}, p)
+	ctx := context.Background()
+	for _, ns := range []*holdfast.Namespace{a, b} {
+		mustGet(t, ns, "p1", src.Load)
+		settle(t, ns, "p1")
+	}
+
+	// The database goes down and p1 is invalidated: both processes' loads
+	// of it fail. The one that invalidated has dropped its copies and
+	// answers the load's error; the other answers its old copy, stale.
+	down := errors.New("db down")
+	src.fail(down)
+	if err := a.Invalidate(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to hear the invalidation", func() bool { return b.Stats().Get("invalidations.heard") == 1 })
+	for range 3 {
+		if res, err := a.Get(ctx, "p1", src.Load); !errors.Is(err, down) {
+			t.Fatalf("the invalidating process, database down: %q from %v, %v; want the load's error", res.Value, res.Source, err)
+		}
+		res, err := b.Get(ctx, "p1", src.Load)
+		if err != nil || !errors.Is(res.LoadErr, down) || string(res.Value) != "p1@0" {
+			t.Fatalf("the other process, database down: %q from %v (load error %v), %v; want the old p1@0 with the load's error", res.Value, res.Source, res.LoadErr, err)
+		}
+	}
+	for i, ns := range []*holdfast.Namespace{a, b} {
+		if n := ns.Stats().Get("error_backoffs"); n < 2 {
+			t.Fatalf("process %d: %d reads answered by the backoff, want 2", i, n)
+		}
+	}
+
+	// The database returns and p1 is updated and invalidated: each
+	// process's next read loads the update.
+	src.fail(nil)
+	want := src.update("p1")
+	if err := a.Invalidate(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to hear the second invalidation", func() bool { return b.Stats().Get("invalidations.heard") == 2 })
+	for i, ns := range []*holdfast.Namespace{a, b} {
+		res, err := ns.Get(ctx, "p1", src.Load)
+		if err != nil || res.LoadErr != nil || string(res.Value) != want {
+			t.Fatalf("process %d after the update: %q from %v/%v (load error %v), %v; want %s", i, res.Value, res.Source, res.Reason, res.LoadErr, err, want)
+		}
+	}
 }

@@ -232,6 +232,7 @@ func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
 		// Flights in progress may hold a value read from the source before
 		// the caller's write: they must not store it anywhere.
 		n.flights.invalidate(key)
+		n.forgetLoadFailure(key)
 	}
 	var err error
 	if n.c.opts.Shared != nil {

@@ -203,7 +203,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 	val, err, start, cost := lo.val, lo.err, lo.start, lo.cost
 	var m meta
 	if err == nil || isNotFound(err) {
-		n.loadSucceeded(key)
+		n.forgetLoadFailure(key)
 	}
 	switch {
 	case err == nil:

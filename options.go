@@ -145,7 +145,9 @@ type Policy struct {
 	// whichever is shorter (never below LoadErrorBackoff itself); each
 	// wait is shortened by up to a quarter at random, so that keys and
 	// processes that failed together retry apart; a load that succeeds
-	// (or finds the key missing) starts it over. So a source that is down
+	// (or finds the key missing) starts it over, and so does an
+	// invalidation of the key, heard or made here: the source has a new
+	// value to load. So a source that is down
 	// for minutes gets about two calls per key per minute from each
 	// process, not one per read, and a key is loaded again at most 30 s
 	// after its source recovers. Default 1 s; a negative value turns it

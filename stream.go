@@ -174,6 +174,7 @@ func (n *Namespace) invalidatedElsewhere(key string, at int64) {
 	// A flight under way may have read the old value: it must not store it
 	// as current (it may keep it as a fallback, as below).
 	n.flights.invalidateElsewhere(key)
+	n.forgetLoadFailure(key)
 	applied := false
 	if n.hot != nil && n.hot.Get(key, now) != nil {
 		n.hot.Delete(key)

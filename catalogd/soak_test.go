@@ -229,14 +229,14 @@ func TestSoakNoFalseBreaker(t *testing.T) {
 				case errors.Is(err, errDatabase):
 					dbDelayed++
 					t.Logf("%v: update of %s served on the other instance after %v, its load failed first: %v", time.Since(start).Round(time.Millisecond), k, lag.Round(time.Microsecond), err)
+				case errors.Is(err, errLate):
+					lags = append(lags, lag)
+					t.Logf("%v: update of %s seen on the other instance after %v: %v", time.Since(start).Round(time.Millisecond), k, lag.Round(time.Microsecond), err)
 				case err != nil:
 					updateErrs++
 					t.Logf("%v: %s: %v", time.Since(start).Round(time.Millisecond), k, err)
 				default:
 					lags = append(lags, lag)
-					if lag > soakSeenBound {
-						t.Logf("%v: update of %s seen on the other instance after %v", time.Since(start).Round(time.Millisecond), k, lag.Round(time.Microsecond))
-					}
 				}
 			}
 			time.Sleep(time.Until(next))
@@ -333,6 +333,7 @@ func TestSoakNoFalseBreaker(t *testing.T) {
 var (
 	errUnseen   = errors.New("update not seen on the other instance")
 	errDatabase = errors.New("database")
+	errLate     = errors.New("update seen late")
 )
 
 // soakUpdate bumps k's version in the database, invalidates k on w, and
@@ -351,22 +352,28 @@ func soakUpdate(ctx context.Context, pool *pgxpool.Pool, w, r *soakInstance, k s
 	returned := time.Now()
 	want := strconv.FormatInt(ver, 10)
 	var dbErr error
+	var last string // how the last old answer was served, for a late update
 	for time.Since(returned) < soakProbeLimit {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		res, err := r.ns.Get(rctx, k, load)
 		cancel()
 		switch {
 		case err == nil && string(res.Value) == want:
+			lag := time.Since(returned)
 			if dbErr != nil {
 				// r had dropped its copy and could not load the new
 				// one: the database's delay, not the update's.
-				return time.Since(returned), dbErr
+				return lag, dbErr
 			}
-			return time.Since(returned), nil
+			if lag > soakSeenBound {
+				return lag, fmt.Errorf("%w: until then %s", errLate, last)
+			}
+			return lag, nil
 		case errors.Is(err, errDatabase):
 			dbErr = err
 		}
+		last = fmt.Sprintf("%q from %v/%v (load error %v, read error %v) after %v", res.Value, res.Source, res.Reason, res.LoadErr, err, time.Since(returned).Round(time.Microsecond))
 		time.Sleep(time.Millisecond)
 	}
-	return 0, fmt.Errorf("%w within %v", errUnseen, soakProbeLimit)
+	return 0, fmt.Errorf("%w within %v: last %s", errUnseen, soakProbeLimit, last)
 }
