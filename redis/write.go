@@ -292,7 +292,12 @@ func (t *Tier) sendBatch(ctx context.Context, b *primaryBatch) []rueidis.RedisRe
 	for j, i := range b.rerouted {
 		again[j] = b.cmds[i]
 	}
-	for j, r := range send(ctx, t.client, again) {
+	// Under guard, as a read's redirect is: a redirect means the topology
+	// changed, when rueidis's routing may hold a call past ctx while it
+	// refreshes its map or dials the new owner.
+	sent := guard(ctx, t, func() []rueidis.RedisResult { return send(ctx, t.client, again) },
+		func(err error) []rueidis.RedisResult { return errorResults(len(again), err) })
+	for j, r := range sent {
 		rs[b.rerouted[j]] = r
 	}
 	return rs
