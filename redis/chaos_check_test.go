@@ -130,12 +130,21 @@ func newChaosChecker(b chaosBounds, db *chaosDB, sched *chaosScheduler, reads []
 }
 
 // inDBFault reports whether the read began while the database was slow or
-// failing, in the settle time after, or less than the latency limit before
-// (a read that began earlier had been running past the limit already when
-// the database fault began).
+// failing, in the settle time after, or before and ran into the fault
+// having taken less than the latency limit, net of process stalls, when it
+// began (a read that had taken longer was past the limit already).
 func (c *chaosChecker) inDBFault(r *chaosRead) bool {
+	return c.inDBFaultFor(r, chaosSettle)
+}
+
+// inDBFaultFor is inDBFault with the fault's effects lasting after past
+// its heal.
+func (c *chaosChecker) inDBFaultFor(r *chaosRead, after time.Duration) bool {
 	for _, f := range c.faults {
-		if isDBFault(f.kind) && f.start-int64(c.b.latencyLimit) <= r.begin && r.begin <= f.healed+int64(chaosSettle) {
+		if !isDBFault(f.kind) || r.begin > f.healed+int64(after) || r.end < f.start {
+			continue
+		}
+		if r.begin >= f.start || time.Duration(f.start-r.begin)-c.stalls.within(r.begin, f.start) <= c.b.latencyLimit {
 			return true
 		}
 	}
@@ -152,12 +161,7 @@ var chaosBackoffMax = min(30*time.Second, chaosPolicy.TTL)
 // inDBFaultOrBackoff is inDBFault for a database error, whose fault's
 // effects last the backoff longer (chaosBackoffMax).
 func (c *chaosChecker) inDBFaultOrBackoff(r *chaosRead) bool {
-	for _, f := range c.faults {
-		if isDBFault(f.kind) && f.start-int64(c.b.latencyLimit) <= r.begin && r.begin <= f.healed+int64(chaosSettle+chaosBackoffMax) {
-			return true
-		}
-	}
-	return false
+	return c.inDBFaultFor(r, chaosSettle+chaosBackoffMax)
 }
 
 // inWriteLoss reports whether the read began during a fault that may lose
