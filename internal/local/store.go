@@ -47,7 +47,8 @@
 //
 // Each shard indexes its entries in a table of buckets, each a chain of nodes
 // linked through a field of their own, which a read follows with atomic
-// loads. A key is hashed once: the hash's low bits pick the shard, its top
+// loads. A key is hashed once, with a hash the store seeds itself (see
+// hasher): the hash's low bits pick the shard, its top
 // bits the bucket, and the node keeps it, so that a read compares hashes
 // before keys. A write changes the index
 // with one atomic store: a new node goes at its bucket's head, a replacing
@@ -79,7 +80,6 @@
 package local
 
 import (
-	"hash/maphash"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -91,7 +91,7 @@ import (
 // the sum of its entries' costs (Cost). The zero Store is not usable; call
 // New.
 type Store[V any] struct {
-	seed      maphash.Seed
+	hash      hasher
 	mask      uint64
 	shards    []shard[V]
 	nodeBytes int64    // a node[V] as allocated
@@ -159,7 +159,7 @@ func newTable[V any](buckets int) *table[V] {
 // but for hnext and read, which are atomic; queue, prev, next and size
 // belong to the shard lock.
 type node[V any] struct {
-	hash    uint64 // the key's maphash, compared before the key
+	hash    uint64 // the key's hash, compared before the key
 	key     string
 	hnext   atomic.Pointer[node[V]] // the next node of the bucket's chain
 	expires int64                   // compared with the now passed to Get; exclusive
@@ -181,7 +181,7 @@ func New[V any](maxBytes int64) *Store[V] {
 // newStore is New with n shards, a power of two.
 func newStore[V any](n int, maxBytes int64) *Store[V] {
 	s := &Store[V]{
-		seed:      maphash.MakeSeed(),
+		hash:      randomHasher(),
 		mask:      uint64(n - 1),
 		shards:    make([]shard[V], n),
 		nodeBytes: SizeClass(int(unsafe.Sizeof(node[V]{}))),
@@ -194,6 +194,16 @@ func newStore[V any](n int, maxBytes int64) *Store[V] {
 		sh.tab.Store(newTable[V](minBuckets))
 	}
 	return s
+}
+
+// Seed makes s hash keys from seed instead of the random seed New drew,
+// and so place them, count them and evict them alike in every process
+// given the same sequence of calls. Call it before s is used.
+func (s *Store[V]) Seed(seed uint64) {
+	s.hash = newHasher(seed)
+	for i := range s.shards {
+		s.shards[i].rand = spread(seed+uint64(i)) | 1
+	}
 }
 
 // setBudget gives sh max bytes, split between its queues.
@@ -230,7 +240,7 @@ func shardCount(maxBytes int64) int {
 // locate hashes key once: the low bits pick its shard, the top bits its
 // bucket there.
 func (s *Store[V]) locate(key string) (uint64, *shard[V]) {
-	h := maphash.String(s.seed, key)
+	h := s.hash.string(key)
 	return h, &s.shards[h&s.mask]
 }
 

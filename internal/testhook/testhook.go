@@ -15,3 +15,9 @@ var Loading func(ns any, key string) bool
 // stream and hears it: it has heard it since it last broke, and since the
 // Cache began. Package holdfast sets it.
 var StreamHeard func(c any) bool
+
+// SeedHot makes the hot tier of ns, a *holdfast.Namespace, hash keys from
+// seed, so that a replay of the same reads evicts the same keys in every
+// run (the hit-ratio comparison's). Call it before ns is read. Package
+// holdfast sets it.
+var SeedHot func(ns any, seed uint64)

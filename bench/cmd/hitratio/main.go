@@ -55,7 +55,7 @@ func (m *Main) ParseFlags(args []string) error {
 	caches := fs.String("caches", "", "comma-separated caches to compare (default all)")
 	requests := fs.Int("requests", 500_000, "Zipf requests a synthetic run")
 	keySpace := fs.Uint64("keys", 1<<19, "distinct keys of the Zipf workloads")
-	seed := fs.Uint64("seed", 1, "seed of the synthetic workloads")
+	seed := fs.Uint64("seed", 1, "seed of the synthetic workloads and of holdfast's hash")
 	valueBytes := fs.Int("value-bytes", 64, "bytes of each value (keys are 16)")
 	traces := fs.String("trace", "", "comma-separated trace files to replay (gzipped or not)")
 	format := fs.String("format", hitratio.FormatARC, "format of the -trace files: arc, lirs or oracle")
@@ -102,6 +102,7 @@ func (m *Main) ParseFlags(args []string) error {
 		m.config.Workloads = append(m.config.Workloads, w)
 	}
 	m.config.ValueBytes = *valueBytes
+	m.config.Seed = *seed
 	m.config.Progress = m.Stderr
 	return nil
 }

@@ -21,6 +21,10 @@ type Cache interface {
 type Size struct {
 	Entries int
 	Bytes   int64
+	// Seed seeds the hash of a cache that takes one (holdfast's store:
+	// which keys share a shard or a sketch counter), so that a replay
+	// gives the same figure in every run.
+	Seed uint64
 }
 
 // A Contender names a cache and builds it.

@@ -9,10 +9,11 @@
 // Caches that apply writes on goroutines of their own are waited for after
 // each write (theine, ristretto) or given a synchronous executor (otter),
 // and holdfast's load flights are waited for, so that each request sees
-// the cache as the one before left it. The figures still move a little
-// from run to run for every cache but the LRU: most seed their hashes
-// afresh, sturdyc evicts in a Go map's order, and ristretto's frequency
-// counts arrive in batches through lossy buffers.
+// the cache as the one before left it. holdfast's store hashes from the
+// run's seed (Config.Seed), so its figures, the LRU's and Belady's are the
+// same in every run of a seed; the others' still move a little: otter and
+// theine seed their hashes afresh, sturdyc evicts in a Go map's order, and
+// ristretto's frequency counts arrive in batches through lossy buffers.
 //
 // The caches are given the same room in one of two ways (Mode): the same
 // number of entries, holdfast's byte budget worked out from what its store

@@ -45,6 +45,7 @@ func newHoldfast(size Size, valueBytes int) (Cache, error) {
 		c.Close()
 		return nil, err
 	}
+	testhook.SeedHot(ns, size.Seed)
 	load := func(_ context.Context, key string) ([]byte, error) {
 		return value(key, valueBytes), nil
 	}

@@ -39,7 +39,10 @@ type Config struct {
 	Contenders []Contender
 	ValueBytes int // each value's size; keys are KeyBytes
 	Mode       Mode
-	Progress   io.Writer // a line a replay, or nil
+	// Seed seeds holdfast's hashing (Size.Seed); the other caches
+	// here draw theirs, or hash without one.
+	Seed     uint64
+	Progress io.Writer // a line a replay, or nil
 }
 
 // Result is a comparison's hit ratios and what each cache was given.
@@ -163,9 +166,9 @@ func runRow(cfg Config, w Workload, s Sizing) (Row, error) {
 		return row, fmt.Errorf("hitratio: workload %s has no requests", w.Name)
 	}
 	for _, con := range cfg.Contenders {
-		sz := Size{Entries: s.Entries[con.Name]}
+		sz := Size{Entries: s.Entries[con.Name], Seed: cfg.Seed}
 		if con.ByBytes {
-			sz = Size{Bytes: s.Budget}
+			sz = Size{Bytes: s.Budget, Seed: cfg.Seed}
 		}
 		began := time.Now()
 		c, err := con.New(sz, cfg.ValueBytes)

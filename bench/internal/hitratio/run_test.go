@@ -1,6 +1,7 @@
 package hitratio
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -61,4 +62,51 @@ func TestRunRejectsEmptyConfig(t *testing.T) {
 	if _, err := Run(Config{Workloads: []Workload{w}, Capacities: []int{0}, Contenders: Contenders()}); err == nil {
 		t.Error("capacity 0: no error")
 	}
+}
+
+// holdfast's replays are the same in every run of a seed, and its seed is
+// what decides them: the same reads hit with seed 3 each time, and
+// differently with seed 4. The store is of two shards, so the hash picks
+// each key's shard as well as its counters in the sketch.
+func TestHoldfastSeeded(t *testing.T) {
+	z := newZipf(Synthetic{Seed: 1}.rng(9), 0.9, 1<<16)
+	keys := make([]uint64, 30_000)
+	for i := range keys {
+		keys[i] = z.next()
+	}
+	const capacity = 6400 // 2.1 MiB: two shards of at least 1 MiB
+	cost, err := HoldfastEntryCost(testValueBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay := func(seed uint64) []bool {
+		c, err := newHoldfast(Size{Bytes: capacity * cost, Seed: seed}, testValueBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		hits := make([]bool, len(keys))
+		for i, k := range keys {
+			if hits[i], err = c.Access(Key(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return hits
+	}
+	first := replay(3)
+	if again := replay(3); !slices.Equal(first, again) {
+		t.Errorf("two replays with seed 3 hit differently: %d and %d hits", count(first), count(again))
+	}
+	if other := replay(4); slices.Equal(first, other) {
+		t.Errorf("seeds 3 and 4 hit the same %d reads: the seed does not reach the store's hash", count(first))
+	}
+}
+
+func count(hits []bool) (n int) {
+	for _, h := range hits {
+		if h {
+			n++
+		}
+	}
+	return n
 }
