@@ -128,6 +128,18 @@ func TestScanKeepsTheFrequentlyRead(t *testing.T) {
 	}
 }
 
+// firstRefused sets newcomers from key from on, at most n of them, until
+// one is let go at once (Set reports it was not stored), and returns it, or
+// -1 when every one was stored.
+func firstRefused(s *Store[int], from, n int) int {
+	for i := range n {
+		if !s.Set(key(from+i), i, 100, 1<<62, 0) {
+			return from + i
+		}
+	}
+	return -1
+}
+
 // A newcomer less popular than the main part's victim is let go at once
 // (Set reports it was not kept), and one missed again and again wins its
 // place: each miss counts in the sketch.
@@ -139,14 +151,7 @@ func TestNewcomerAdmittedByPopularity(t *testing.T) {
 			read(s, i)
 		}
 	}
-	// Fill the window with newcomers until one is let go.
-	refused := -1
-	for i := range entries {
-		if !s.Set(key(10_000+i), i, 100, 1<<62, 0) {
-			refused = 10_000 + i
-			break
-		}
-	}
+	refused := firstRefused(s, 10_000, entries)
 	if refused < 0 {
 		t.Fatal("no newcomer was refused by a store of keys read three times each")
 	}
