@@ -69,8 +69,8 @@ func TestRunRejectsEmptyConfig(t *testing.T) {
 // differently with seed 4. The store is of two shards, so the hash picks
 // each key's shard as well as its counters in the sketch.
 func TestHoldfastSeeded(t *testing.T) {
-	z := newZipf(Synthetic{Seed: 1}.rng(9), 0.9, 1<<16)
-	keys := make([]uint64, 30_000)
+	z := newZipf(Synthetic{Seed: 1}.rng(9), 0.7, 1<<18)
+	keys := make([]uint64, 15_000)
 	for i := range keys {
 		keys[i] = z.next()
 	}
