@@ -419,3 +419,24 @@ func (b *Breaker) Counts() Counts {
 	defer b.mu.Unlock()
 	return Counts{State: b.core.state, Transitions: b.core.transitions, Opens: b.core.opens}
 }
+
+// Reset closes the breaker and forgets its history, as if it were new: the
+// dependency it guards is now another server (a primary that moved), of
+// which the old one's failures say nothing. Calls allowed before report to
+// an old generation and are ignored.
+func (b *Breaker) Reset() {
+	now := b.now()
+	b.mu.Lock()
+	b.core.openFor = b.core.s.OpenTimeout
+	if b.core.state != Closed {
+		b.core.setState(Closed, now)
+	} else {
+		// A new generation and an empty window, without counting a
+		// transition that did not happen.
+		b.core.generation++
+		b.core.consecutive, b.core.silent = 0, 0
+		b.core.window = [buckets]bucket{}
+	}
+	b.publish()
+	b.mu.Unlock()
+}

@@ -329,3 +329,37 @@ func TestRecoveredCutsTheOpenIntervalShort(t *testing.T) {
 	}
 	wantState(t, b, Closed)
 }
+
+// TestResetForgetsTheOldServer: after Reset an open breaker is closed, a
+// closed one has forgotten its failures, and calls allowed before report
+// to a generation that no longer counts.
+func TestResetForgetsTheOldServer(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{ConsecutiveFailures: 3, OpenTimeout: time.Second, MaxOpenTimeout: 8 * time.Second}, c)
+	for range 3 {
+		call(b, Failure)
+	}
+	wantState(t, b, Open)
+	b.Reset()
+	wantState(t, b, Closed)
+
+	// Two failures, a Reset, then two more: not three in a row.
+	for range 2 {
+		call(b, Failure)
+	}
+	old, ok := b.Allow()
+	if !ok {
+		t.Fatal("closed breaker refused a call")
+	}
+	b.Reset()
+	b.Done(old, Failure) // of the old server: ignored
+	for range 2 {
+		call(b, Failure)
+	}
+	wantState(t, b, Closed)
+	call(b, Failure)
+	wantState(t, b, Open)
+	if n := b.Counts().Opens; n != 2 {
+		t.Fatalf("opens = %d, want 2", n)
+	}
+}
