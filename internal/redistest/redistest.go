@@ -87,6 +87,9 @@ type Process struct {
 	extra []string
 	// ownDir: Launch made dir, and Close removes it.
 	ownDir bool
+	// sentinel: the process runs in sentinel mode on dir's sentinel.conf
+	// (sentinel.go), which it rewrites as it learns the group.
+	sentinel bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -253,7 +256,11 @@ func (s *Process) args() []string {
 // reports an error (and leaves nothing running) if the process exits first,
 // typically because the port was taken.
 func (s *Process) start() error {
-	cmd := exec.Command("redis-server", s.args()...)
+	args := s.args()
+	if s.sentinel {
+		args = append([]string{filepath.Join(s.dir, sentinelConf), "--sentinel"}, args...)
+	}
+	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.dir
 	setProcAttr(cmd)
 	if err := cmd.Start(); err != nil {
@@ -379,7 +386,8 @@ func (s *Process) signal(sig syscall.Signal, frozen bool) error {
 }
 
 // Restart kills the server, deletes its data files (keeping a Cluster node's
-// identity file, nodes.conf, so it rejoins as the same node) and starts it
+// identity file, nodes.conf, so it rejoins as the same node, and a
+// sentinel's sentinel.conf, which is what it knows of its group) and starts it
 // again on the same port. It comes back empty: a replica has to do a full
 // resync from its primary. Restart returns when the process answers PING; use
 // WaitHealthy to wait for the resync.
@@ -391,7 +399,7 @@ func (s *Process) Restart() error {
 	}
 	for _, e := range entries {
 		switch name := e.Name(); {
-		case name == "nodes.conf", name == "redis.log":
+		case name == "nodes.conf", name == "redis.log", name == sentinelConf:
 		default:
 			if err := os.RemoveAll(filepath.Join(s.dir, name)); err != nil {
 				return fmt.Errorf("redistest: %w", err)
