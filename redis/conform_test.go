@@ -21,12 +21,18 @@ var everyCapability = tiertest.Capabilities{
 // a KeyPrefix of its own, which keeps its keys, versions, leases, hot sets
 // and stream channel apart from the others'.
 func conformance(t *testing.T, addrs []string) {
+	conformanceWith(t, func(prefix string) Options { return conformanceOptions(addrs, prefix) })
+}
+
+// conformanceWith is conformance with the options of each fresh tier made
+// by opts from its KeyPrefix.
+func conformanceWith(t *testing.T, opts func(prefix string) Options) {
 	var n atomic.Int64
 	tiertest.Run(t, tiertest.Config{
 		New: func(t *testing.T) func(*testing.T) tier.Tier {
 			prefix := fmt.Sprintf("conform%d:", n.Add(1))
 			return func(t *testing.T) tier.Tier {
-				tr, err := New(conformanceOptions(addrs, prefix))
+				tr, err := New(opts(prefix))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -77,4 +83,15 @@ func TestConformanceStandalone(t *testing.T) {
 
 func TestConformanceCluster(t *testing.T) {
 	conformance(t, redistest.Cluster(t).Addrs())
+}
+
+// TestConformanceSentinel runs the suite against the primary of a Sentinel
+// group, found through its three sentinels.
+func TestConformanceSentinel(t *testing.T) {
+	g := redistest.Sentinel(t)
+	conformanceWith(t, func(prefix string) Options {
+		o := conformanceOptions(nil, prefix)
+		o.Sentinel = SentinelOptions{Addrs: g.SentinelAddrs(), MasterName: g.MasterName()}
+		return o
+	})
 }

@@ -1,5 +1,6 @@
-// Package redis is a tier.Tier over Redis 7, standalone or Cluster, built
-// on github.com/redis/rueidis.
+// Package redis is a tier.Tier over Redis 7, standalone, Cluster, or a
+// primary with replicas under Redis Sentinel, built on
+// github.com/redis/rueidis.
 //
 // Every call goes through a circuit breaker first. While Redis is healthy the
 // breaker is closed and a Get is one GET, sent on rueidis's auto-pipelined
@@ -50,6 +51,16 @@
 // answered from the Cache's memory where it holds copies as current as the
 // node's (Tier.Shed, level.go). Options.Cluster tunes all of it; Disabled
 // restores rueidis's own routing to primaries.
+//
+// Under Redis Sentinel (Options.Sentinel) the tier asks the sentinels for
+// the primary and treats it as a standalone server that moves
+// (sentinel.go): it subscribes to +switch-master on every sentinel and
+// moves on the first announcement, looks again at once when a write is
+// answered READONLY, and every Sentinel.RefreshInterval (1 s) when the
+// primary does not answer ROLE as a master. On each move the breaker
+// starts over and the invalidation stream subscribes on the new primary;
+// invalidations that failed during the failover are replayed to it by
+// the Cache. Replicas take no reads: every read goes to the primary.
 //
 // rueidis honours a ctx deadline on an established, pipelined connection,
 // but a call that has to reconnect can be held inside rueidis past it (the

@@ -14,21 +14,31 @@ import (
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// Options configures a Tier. The zero value of every field but Addrs means
-// the documented default.
+// Options configures a Tier. The zero value of every field but Addrs (or
+// Sentinel's Addrs and MasterName) means the documented default.
 type Options struct {
 	// Addrs are the "host:port" addresses of the Redis server (one address)
 	// or of some Cluster nodes (the rest are discovered). Whether it is a
-	// Cluster is detected by asking the server (CLUSTER SLOTS). Required.
+	// Cluster is detected by asking the server (CLUSTER SLOTS). Required,
+	// unless Sentinel.Addrs is set, and then empty: the primary is found
+	// through the sentinels.
 	Addrs []string
 
+	// Sentinel, with its Addrs and MasterName set, makes the tier talk to
+	// the primary that Redis Sentinel names, and follow it when it fails
+	// over (sentinel.go). Default: no Sentinel.
+	Sentinel SentinelOptions
+
 	// Username and Password authenticate with AUTH (ACL user, or only a
-	// password for requirepass). Default: no AUTH.
+	// password for requirepass), to every data node: the primary and
+	// replicas of a Sentinel group too, but not the sentinels, which
+	// Sentinel.Username and Sentinel.Password are for. Default: no AUTH.
 	Username string
 	Password string
 
 	// TLS, when non-nil, connects with TLS, to every node of a Cluster
-	// too. Default: plain TCP.
+	// and of a Sentinel group too (the sentinels take Sentinel.TLS).
+	// Default: plain TCP.
 	TLS *tls.Config
 
 	// Logger receives errors of configuration that retrying cannot fix:
@@ -36,7 +46,9 @@ type Options struct {
 	// key (NOPERM, an ACL that does not cover KeyPrefix), and TLS
 	// handshake failures, whether New, Lazy's background connects or a
 	// call meets them. The first is logged at once, then at most one line
-	// a minute with a count. Default: slog.Default().
+	// a minute with a count. In the Sentinel shape it also receives a line
+	// (Info) each time the tier follows the sentinels to a new primary.
+	// Default: slog.Default().
 	Logger *slog.Logger
 
 	// KeyPrefix is prepended verbatim to every key, to share one Redis
@@ -340,6 +352,73 @@ type StreamOptions struct {
 	PingInterval time.Duration
 }
 
+// SentinelOptions configures the Sentinel shape: a primary with replicas,
+// monitored by Redis Sentinel, which promotes a replica when the primary
+// fails. The zero value means no Sentinel.
+type SentinelOptions struct {
+	// Addrs are the sentinels' "host:port" addresses, all of them: the
+	// tier asks them in turn which node is the primary and listens to
+	// each for failovers (it does not learn of sentinels not listed).
+	// Setting it selects the Sentinel shape.
+	Addrs []string
+	// MasterName is the name the sentinels monitor the primary under
+	// ("sentinel monitor <name> ..."). Required with Addrs.
+	MasterName string
+	// Username and Password authenticate with the sentinels (their own
+	// requirepass or ACL user, not the data nodes'). Default: no AUTH.
+	Username string
+	Password string
+	// TLS, when non-nil, connects to the sentinels with TLS. Default:
+	// plain TCP.
+	TLS *tls.Config
+	// RefreshInterval is how often the tier asks the primary for its
+	// ROLE, and, when it does not answer as a master, the sentinels which
+	// node is the primary. The tier also moves at once on the first
+	// +switch-master announcement of any sentinel (it subscribes on each:
+	// one connection per sentinel) and on a write answered READONLY; the
+	// check bounds what neither shows, an announcement missed by every
+	// subscription or a demoted primary that only reads meet. Each check
+	// costs the primary one ROLE. Default 1 s.
+	RefreshInterval time.Duration
+}
+
+// DefaultSentinelRefresh is SentinelOptions.RefreshInterval's default.
+const DefaultSentinelRefresh = time.Second
+
+// sentinel reports whether o selects the Sentinel shape.
+func (o Options) sentinel() bool { return len(o.Sentinel.Addrs) > 0 }
+
+// checkSentinel validates the Sentinel options against the shape they
+// select, with an error that says which options contradict each other.
+func (o *Options) checkSentinel() error {
+	s := &o.Sentinel
+	if !o.sentinel() {
+		if s.MasterName != "" || s.Username != "" || s.Password != "" || s.TLS != nil || s.RefreshInterval != 0 {
+			return errors.New("redis tier: Sentinel options set without Sentinel.Addrs (the sentinels' addresses)")
+		}
+		return nil
+	}
+	if len(o.Addrs) > 0 {
+		return fmt.Errorf("redis tier: both Addrs %v and Sentinel.Addrs %v: with Sentinel the primary is found through the sentinels; leave Addrs empty", o.Addrs, s.Addrs)
+	}
+	if s.MasterName == "" {
+		return errors.New("redis tier: Sentinel.Addrs without Sentinel.MasterName (the name the sentinels monitor the primary under)")
+	}
+	for _, a := range s.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("redis tier: sentinel address %q: %w", a, err)
+		}
+	}
+	if s.RefreshInterval < 0 {
+		return errors.New("redis tier: negative Sentinel.RefreshInterval")
+	}
+	if s.RefreshInterval == 0 {
+		s.RefreshInterval = DefaultSentinelRefresh
+	}
+	s.Addrs = append([]string(nil), s.Addrs...)
+	return nil
+}
+
 // Defaults of Options.
 const (
 	DefaultReadBudget     = 50 * time.Millisecond
@@ -354,8 +433,11 @@ const (
 
 // withDefaults validates o and returns a copy with the defaults filled in.
 func (o Options) withDefaults() (_ Options, _ breaker.Settings, err error) {
-	if len(o.Addrs) == 0 {
-		return o, breaker.Settings{}, errors.New("redis tier: no Addrs")
+	if err := o.checkSentinel(); err != nil {
+		return o, breaker.Settings{}, err
+	}
+	if len(o.Addrs) == 0 && !o.sentinel() {
+		return o, breaker.Settings{}, errors.New("redis tier: no Addrs (nor Sentinel.Addrs)")
 	}
 	for _, a := range o.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {

@@ -47,6 +47,8 @@ type Stats struct {
 	StreamLosses  uint64 // subscriptions that broke or whose heartbeat was overdue, each reported as a possible loss
 	StreamRefused uint64 // announcements the server refused (an ACL without the channel); the invalidations themselves took place
 
+	PrimaryMoves uint64 // Sentinel shape: times the tier followed the sentinels to a new primary (sentinel.go)
+
 	BreakerState       BreakerState
 	BreakerTransitions uint64 // breaker state changes
 	BreakerOpens       uint64 // times the breaker opened
@@ -70,6 +72,7 @@ type counters struct {
 	deletes, deleteErrors, delBypassed, tooLarge                 counter
 	copyReads, copyFallbacks, copyWrites, copyFills, copyDeletes counter
 	streamHeard, streamCorrupt, streamLosses, streamRefused      counter
+	primaryMoves                                                 counter
 }
 
 // Stats returns a snapshot of the counters. The fields are read one by one,
@@ -100,6 +103,7 @@ func (t *Tier) Stats() Stats {
 		StreamCorrupt:      c.streamCorrupt.load(),
 		StreamLosses:       c.streamLosses.load(),
 		StreamRefused:      c.streamRefused.load(),
+		PrimaryMoves:       c.primaryMoves.load(),
 		BreakerState:       bc.State,
 		BreakerTransitions: bc.Transitions,
 		BreakerOpens:       bc.Opens,

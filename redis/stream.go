@@ -166,6 +166,7 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 	last.Store(start.UnixNano())
 	alive.Store(start.UnixNano())
 	var gotOne atomic.Bool
+	gen := t.primaryGen.Load()
 	done := make(chan error, 1)
 	go func() {
 		cmd := sub.B().Subscribe().Channel(t.opts.Stream.Channel, hb).Build()
@@ -240,7 +241,13 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 			return gotOne.Load()
 		case now := <-tick.C:
 			ns := now.UnixNano()
-			if ns-last.Load() > int64(lostAfterHeartbeats*every) || ns-alive.Load() > int64(lostAfterHeartbeats*pingEvery) {
+			// On a Sentinel group's old primary the subscription may still
+			// hear (as a replica it receives what the new primary
+			// publishes), or hear nothing until the PINGs give up: it moves
+			// to the new primary at once, as after a loss, since what was
+			// published around the failover may not have reached it.
+			if ns-last.Load() > int64(lostAfterHeartbeats*every) || ns-alive.Load() > int64(lostAfterHeartbeats*pingEvery) ||
+				t.primaryGen.Load() != gen {
 				cancel()
 				<-done
 				return gotOne.Load()
@@ -288,8 +295,11 @@ func (t *Tier) heartbeat(ctx context.Context, hb string, now time.Time) {
 
 // streamAddr is the node the attempt-th subscription goes to: any node of
 // a Cluster not ejected (the bus brings every message to each), at random;
-// the server of a standalone one.
+// the server of a standalone one; a Sentinel group's primary.
 func (t *Tier) streamAddr(attempt int) string {
+	if t.sentinel != nil {
+		return t.Primary()
+	}
 	if t.nodes != nil {
 		if addrs := t.nodes.liveAddrs(); len(addrs) > 0 {
 			return addrs[rand.IntN(len(addrs))]

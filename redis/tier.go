@@ -24,6 +24,12 @@ type Tier struct {
 	closed  atomic.Bool
 	stats   counters
 
+	// sentinel is client in the Sentinel shape; nil otherwise.
+	sentinel *sentinelClient
+	// primaryGen counts the Sentinel shape's moves to a new primary, so
+	// that the stream's subscription knows it is on an old one.
+	primaryGen atomic.Uint64
+
 	// budgetSlot is the read context shared by uncancellable reads of the
 	// current millisecond (see readContext).
 	budgetSlot atomic.Pointer[budgetSlot]
@@ -60,7 +66,9 @@ type Tier struct {
 
 var _ tier.Tier = (*Tier)(nil)
 
-// New validates opts, connects to Redis and detects whether it is a Cluster.
+// New validates opts, connects to Redis and detects whether it is a Cluster;
+// with Options.Sentinel it asks the sentinels for the primary and connects
+// to it.
 // It returns an error, and never panics, on invalid options or when no
 // address answers within DialTimeout.
 //
@@ -103,6 +111,9 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 		AlwaysPipelining: true,
 	}
 	co.Dialer.Timeout = o.DialTimeout
+	if o.sentinel() {
+		return connectSentinel(o, br, co, flog)
+	}
 	if !o.Cluster.Disabled {
 		// Ignored by a standalone server. In a Cluster, rueidis refreshes
 		// its own map (which keyless commands and redirected ones use) on
@@ -145,6 +156,21 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 	return t, nil
 }
 
+// connectSentinel is connectTier for the Sentinel shape: co is the
+// primary's client option.
+func connectSentinel(o Options, br *breaker.Breaker, co rueidis.ClientOption, flog *failureLog) (*Tier, error) {
+	t := &Tier{opts: o, br: br, flog: flog, streamID: newStreamID()}
+	sc, err := newSentinelClient(o, co, t.primaryMoved)
+	if err != nil {
+		flog.failed(err)
+		return nil, connectError(o.Sentinel.Addrs, err)
+	}
+	t.client, t.sentinel = sc, sc
+	t.lastAnswer.Store(o.Clock.Now().UnixNano())
+	t.warm()
+	return t, nil
+}
+
 // warm opens the connections rueidis would otherwise open lazily, so that
 // a read that meets the first failure does so on an established connection,
 // where rueidis honours the budget (see the package comment). rueidis
@@ -158,6 +184,10 @@ func (t *Tier) warm() {
 		_ = t.client.Do(ctx, t.client.B().Ping().Build()).Error()
 	}
 }
+
+// Sentinel reports whether the tier talks to the primary of a Sentinel
+// group.
+func (t *Tier) Sentinel() bool { return t.sentinel != nil }
 
 // Cluster reports whether the tier talks to a Redis Cluster.
 func (t *Tier) Cluster() bool { return t.cluster }
