@@ -26,7 +26,9 @@ func configErrorKind(err error) string {
 	if err == nil {
 		return ""
 	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
+	// As, not rueidis.IsRedisErr: the Sentinel shape joins the errors of
+	// every sentinel it asked.
+	if re := (*rueidis.RedisError)(nil); errors.As(err, &re) && re != rueidis.Nil {
 		msg := re.Error()
 		switch {
 		case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"):

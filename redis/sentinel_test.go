@@ -447,12 +447,25 @@ func TestSentinelLostAndManualFailover(t *testing.T) {
 // tells: a tier that writes meets READONLY and moves at once, though its
 // periodic check is an hour away; a tier that only reads finds the old
 // primary reporting itself a replica at its periodic check.
+//
+// The sentinels require a password of their own: the tiers give it, and a
+// tier with a wrong one is refused with an error that says so.
 func TestSentinelReadOnlyPrimary(t *testing.T) {
-	g := redistest.Sentinel(t)
+	const password = "sentinels-own"
+	g := redistest.Sentinel(t, redistest.SentinelConfig{SentinelPassword: password})
 	ctx := ctxT(t, time.Minute)
 	old, next := g.Nodes()[0], g.Nodes()[1]
 	opts := func(refresh time.Duration) Options {
-		return Options{Logger: quiet, Sentinel: SentinelOptions{Addrs: g.SentinelAddrs(), MasterName: g.MasterName(), RefreshInterval: refresh}}
+		return Options{Logger: quiet, Sentinel: SentinelOptions{Addrs: g.SentinelAddrs(), MasterName: g.MasterName(),
+			Password: password, RefreshInterval: refresh}}
+	}
+	wrong := opts(0)
+	wrong.Sentinel.Password = "not-" + password
+	if tr, err := New(wrong); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		if tr != nil {
+			tr.Close()
+		}
+		t.Fatalf("New with the sentinels' password wrong: %v, want an authentication failure", err)
 	}
 	writer, reader := newTier(t, opts(time.Hour)), newTier(t, opts(200*time.Millisecond))
 	if writer.Primary() != old.Addr() || reader.Primary() != old.Addr() {

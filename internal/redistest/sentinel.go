@@ -126,6 +126,10 @@ func (g *SentinelGroup) sentinelConfig(primaryPort int) string {
 	if c.Access.Password != "" {
 		fmt.Fprintf(&b, "sentinel auth-pass %s %s\n", c.MasterName, c.Access.Password)
 	}
+	if c.SentinelPassword != "" {
+		// What a sentinel gives the others when it asks them to vote.
+		fmt.Fprintf(&b, "sentinel sentinel-pass %s\n", c.SentinelPassword)
+	}
 	return b.String()
 }
 
