@@ -4,13 +4,16 @@
 //
 //	go run ./catalogd                         # SQLite under the user cache dir, in-process tiers
 //	go run ./catalogd -redis 127.0.0.1:6379 -postgres-dsn postgres://…
+//	go run ./catalogd -redis-sentinel 10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379 -redis-master mymaster
 //
 // Every flag can also be given as an environment variable: CATALOGD_ and the
 // flag's name in capitals with '-' as '_' (-data-dir is CATALOGD_DATA_DIR).
 // A flag on the command line wins over its variable. `catalogd -h` lists
 // them. Redis's username and password are variables only
-// (CATALOGD_REDIS_USERNAME, CATALOGD_REDIS_PASSWORD): a flag's value is
-// shown by ps and /proc/PID/cmdline to every user of the machine.
+// (CATALOGD_REDIS_USERNAME, CATALOGD_REDIS_PASSWORD), and so are Redis
+// Sentinel's (CATALOGD_REDIS_SENTINEL_USERNAME,
+// CATALOGD_REDIS_SENTINEL_PASSWORD): a flag's value is shown by ps and
+// /proc/PID/cmdline to every user of the machine.
 //
 // What only operators may see (the hot keys, which are users' queries, and
 // with -pprof the profiles) is served on a second listener, -admin-addr,
@@ -83,26 +86,31 @@ func main() {
 
 // Config is catalogd's configuration, filled by ParseFlags.
 type Config struct {
-	Addr            string
-	AdminAddr       string
-	DataDir         string
-	PostgresDSN     string
-	Redis           string
-	RedisKeyPrefix  string
-	RedisUsername   string // from the environment only
-	RedisPassword   string // from the environment only
-	RedisTLS        bool
-	RedisTLSCA      string
-	RedisTLSServer  string
-	MaxLoads        int
-	MaxQueries      int
-	HotTTL          time.Duration
-	Policies        httpapi.Policies
-	ShutdownTimeout time.Duration
-	Pprof           bool
-	OTelEndpoint    string
-	LogLevel        string
-	LogFormat       string
+	Addr           string
+	AdminAddr      string
+	DataDir        string
+	PostgresDSN    string
+	Redis          string
+	RedisSentinel  string
+	RedisMaster    string
+	RedisKeyPrefix string
+	RedisUsername  string // from the environment only
+	RedisPassword  string // from the environment only
+	// The sentinels' own credentials, from the environment only.
+	RedisSentinelUsername string
+	RedisSentinelPassword string
+	RedisTLS              bool
+	RedisTLSCA            string
+	RedisTLSServer        string
+	MaxLoads              int
+	MaxQueries            int
+	HotTTL                time.Duration
+	Policies              httpapi.Policies
+	ShutdownTimeout       time.Duration
+	Pprof                 bool
+	OTelEndpoint          string
+	LogLevel              string
+	LogFormat             string
 }
 
 // Main is the program: flags in, a serving process out, closed on a signal.
@@ -157,6 +165,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "directory of the SQLite file (catalog.db); unused with -postgres-dsn")
 	fs.StringVar(&c.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN (URL or key=value); empty uses embedded SQLite")
 	fs.StringVar(&c.Redis, "redis", "", "comma-separated Redis addresses, standalone or Cluster (detected); empty runs on in-process tiers only")
+	fs.StringVar(&c.RedisSentinel, "redis-sentinel", "", "comma-separated addresses of the Redis Sentinels of a primary with replicas (instead of -redis): catalogd uses the primary they name and follows its failovers; needs -redis-master")
+	fs.StringVar(&c.RedisMaster, "redis-master", "", "with -redis-sentinel: the name the sentinels monitor the primary under")
 	fs.StringVar(&c.RedisKeyPrefix, "redis-key-prefix", "catalogd:", "prefix of every Redis key, to share a Redis with other applications")
 	fs.BoolVar(&c.RedisTLS, "redis-tls", false, "connect to Redis over TLS, verifying its certificate against the system's roots (or -redis-tls-ca)")
 	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", "", "PEM file of the CA that signed Redis's certificate; implies -redis-tls")
@@ -209,6 +219,16 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	c.RedisUsername = os.Getenv(envRedisUsername)
 	c.RedisPassword = os.Getenv(envRedisPassword)
+	c.RedisSentinelUsername = os.Getenv(envSentinelUsername)
+	c.RedisSentinelPassword = os.Getenv(envSentinelPassword)
+	switch {
+	case c.Redis != "" && c.RedisSentinel != "":
+		return errors.New("-redis and -redis-sentinel both set: with Sentinel the primary is found through the sentinels; give one of them")
+	case c.RedisSentinel != "" && c.RedisMaster == "":
+		return errors.New("-redis-sentinel needs -redis-master, the name the sentinels monitor the primary under")
+	case c.RedisSentinel == "" && c.RedisMaster != "":
+		return errors.New("-redis-master needs -redis-sentinel, the sentinels' addresses")
+	}
 	if c.AdminAddr != "" {
 		if err := checkLoopback(c.AdminAddr); err != nil {
 			return err
@@ -221,13 +241,26 @@ func (m *Main) ParseFlags(args []string) error {
 
 // The environment variables that hold secrets.
 const (
-	envRedisUsername = "CATALOGD_REDIS_USERNAME"
-	envRedisPassword = "CATALOGD_REDIS_PASSWORD"
+	envRedisUsername    = "CATALOGD_REDIS_USERNAME"
+	envRedisPassword    = "CATALOGD_REDIS_PASSWORD"
+	envSentinelUsername = "CATALOGD_REDIS_SENTINEL_USERNAME"
+	envSentinelPassword = "CATALOGD_REDIS_SENTINEL_PASSWORD"
 )
 
 var secretVars = []struct{ name, usage string }{
 	{envRedisUsername, "Redis ACL user (AUTH username password); empty: the default user"},
 	{envRedisPassword, "Redis password (requirepass, or the ACL user's); empty: no AUTH"},
+	{envSentinelUsername, "with -redis-sentinel: the sentinels' own ACL user; empty: the default user"},
+	{envSentinelPassword, "with -redis-sentinel: the sentinels' own password (their requirepass, or the ACL user's); empty: no AUTH"},
+}
+
+// splitAddrs splits a comma-separated address list.
+func splitAddrs(list string) []string {
+	addrs := strings.Split(list, ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	return addrs
 }
 
 // checkLoopback refuses an admin address that is not on loopback: the admin
@@ -307,34 +340,46 @@ func (m *Main) Run(ctx context.Context) error {
 
 	hotTTL := c.HotTTL
 	var shared tier.Tier
-	if c.Redis != "" {
-		addrs := strings.Split(c.Redis, ",")
-		for i := range addrs {
-			addrs[i] = strings.TrimSpace(addrs[i])
-		}
+	if c.Redis != "" || c.RedisSentinel != "" {
+		var addrs []string
+		var sentinel redis.SentinelOptions
 		tlsConfig, err := c.redisTLS()
 		if err != nil {
 			return err
+		}
+		if c.RedisSentinel != "" {
+			// The sentinels are reached as the data nodes are, over TLS
+			// when -redis-tls says so.
+			sentinel = redis.SentinelOptions{
+				Addrs: splitAddrs(c.RedisSentinel), MasterName: c.RedisMaster,
+				Username: c.RedisSentinelUsername, Password: c.RedisSentinelPassword, TLS: tlsConfig,
+			}
+		} else {
+			addrs = splitAddrs(c.Redis)
 		}
 		// Connected in the background: catalogd starts, and serves from
 		// its own tiers and the database, while Redis is down. The tier
 		// logs what retrying cannot fix (credentials refused, a
 		// certificate not trusted); m.watch logs the rest.
 		if m.tier, err = redis.NewLazy(redis.Options{
-			Addrs: addrs, KeyPrefix: c.RedisKeyPrefix,
+			Addrs: addrs, Sentinel: sentinel, KeyPrefix: c.RedisKeyPrefix,
 			Username: c.RedisUsername, Password: c.RedisPassword, TLS: tlsConfig,
 			Logger: log,
 		}); err != nil {
-			return fmt.Errorf("redis %s: %w", c.Redis, err)
+			return fmt.Errorf("redis %s: %w", cmp.Or(c.Redis, c.RedisSentinel), err)
 		}
 		shared = m.tier
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := m.tier.WaitConnected(wctx); err != nil {
-			log.Warn("Redis not connected yet; serving from in-process tiers and the database, connecting in the background", "addrs", addrs)
+			log.Warn("Redis not connected yet; serving from in-process tiers and the database, connecting in the background", "addrs", cmp.Or(c.Redis, c.RedisSentinel))
 		} else {
 			// A zero hot TTL is holdfast's default Hot.TTL, a minute.
-			log.Info("shared tier: Redis", "addrs", addrs, "cluster", m.tier.Tier().Cluster(), "key_prefix", c.RedisKeyPrefix, "hot_ttl", cmp.Or(hotTTL, time.Minute),
-				"tls", tlsConfig != nil, "auth", c.RedisPassword != "")
+			attrs := []any{"addrs", addrs, "cluster", m.tier.Tier().Cluster()}
+			if c.RedisSentinel != "" {
+				attrs = []any{"sentinels", sentinel.Addrs, "master", c.RedisMaster, "primary", m.tier.Tier().Primary(), "sentinel_auth", c.RedisSentinelPassword != ""}
+			}
+			log.Info("shared tier: Redis", append(attrs, "key_prefix", c.RedisKeyPrefix, "hot_ttl", cmp.Or(hotTTL, time.Minute),
+				"tls", tlsConfig != nil, "auth", c.RedisPassword != "")...)
 		}
 		cancel()
 		m.watch = watchRedis(m.tier, log, time.Second, redisLogInterval)

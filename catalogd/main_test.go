@@ -756,3 +756,58 @@ func TestBinaryReadyzPostgresDown(t *testing.T) {
 		t.Errorf("%d lines of the failing check after 3 polls, want 1; and the password of %s must not be in the log:\n%s", n, user, logs)
 	}
 }
+
+// TestRedisSentinelFlags: -redis-sentinel needs -redis-master and excludes
+// -redis, each with its environment variable; the sentinels' credentials
+// come from the environment only.
+func TestRedisSentinelFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-redis-sentinel", "127.0.0.1:1"}, "-redis-sentinel needs -redis-master"},
+		{[]string{"-redis-master", "m"}, "-redis-master needs -redis-sentinel"},
+		{[]string{"-redis", "127.0.0.1:2", "-redis-sentinel", "127.0.0.1:1", "-redis-master", "m"}, "-redis and -redis-sentinel both set"},
+	} {
+		if err := newQuietMain().ParseFlags(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.args, err, c.want)
+		}
+	}
+	t.Setenv("CATALOGD_REDIS_SENTINEL", "127.0.0.1:1, 127.0.0.1:3")
+	t.Setenv("CATALOGD_REDIS_MASTER", "m")
+	t.Setenv(envSentinelUsername, "watcher")
+	t.Setenv(envSentinelPassword, "spw")
+	m := newQuietMain()
+	if err := m.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config
+	if c.RedisSentinel != "127.0.0.1:1, 127.0.0.1:3" || c.RedisMaster != "m" || c.RedisSentinelUsername != "watcher" || c.RedisSentinelPassword != "spw" {
+		t.Errorf("from the environment: %+v", c)
+	}
+	if got := splitAddrs(c.RedisSentinel); !slices.Equal(got, []string{"127.0.0.1:1", "127.0.0.1:3"}) {
+		t.Errorf("sentinel addresses %q", got)
+	}
+	for _, f := range []string{"-redis-sentinel-password", "-redis-sentinel-username"} {
+		if err := newQuietMain().ParseFlags([]string{f, "x"}); err == nil {
+			t.Errorf("%s accepted as a flag", f)
+		}
+	}
+}
+
+// TestBinaryRedisSentinel: with -redis-sentinel and -redis-master, and the
+// sentinels' password from CATALOGD_REDIS_SENTINEL_PASSWORD, catalogd
+// finds the primary through sentinels that require it and caches there;
+// the password is not in the log.
+func TestBinaryRedisSentinel(t *testing.T) {
+	binary(t)
+	const password = "sentinel-Pa55"
+	g := redistest.Sentinel(t, redistest.SentinelConfig{SentinelPassword: password})
+	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(),
+		"-redis-sentinel", strings.Join(g.SentinelAddrs(), ","), "-redis-master", g.MasterName()}
+	p := usesRedis(t, g.Nodes()[0], args, envSentinelPassword+"="+password)
+	logs := p.stop()
+	if !strings.Contains(logs, "sentinel_auth=true") || !strings.Contains(logs, "primary="+g.Nodes()[0].Addr()) || strings.Contains(logs, password) {
+		t.Errorf("want sentinel_auth=true, the primary, and no password in the log:\n%s", logs)
+	}
+}
