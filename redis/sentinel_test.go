@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -459,6 +460,7 @@ func TestSentinelReadOnlyPrimary(t *testing.T) {
 		return Options{Logger: quiet, Sentinel: SentinelOptions{Addrs: g.SentinelAddrs(), MasterName: g.MasterName(),
 			Password: password, RefreshInterval: refresh}}
 	}
+	before := runtime.NumGoroutine()
 	wrong := opts(0)
 	wrong.Sentinel.Password = "not-" + password
 	if tr, err := New(wrong); err == nil || !strings.Contains(err.Error(), "authentication failed") {
@@ -517,5 +519,17 @@ func TestSentinelReadOnlyPrimary(t *testing.T) {
 	}
 	if storedRaw(t, next, "k2") != "v" {
 		t.Error("the write after the move is not on the new primary")
+	}
+
+	// Every goroutine of the tiers, their sentinel subscriptions and
+	// resolvers included, and of the clients of the primaries they left,
+	// ends with Close.
+	writer.Close()
+	reader.Close()
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
 	}
 }
