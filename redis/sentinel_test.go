@@ -63,7 +63,7 @@ func TestSentinelOptionsValidate(t *testing.T) {
 // through a Sentinel group, with its hot tier off so that every read asks
 // Redis, and keys loaded.
 type sentinelRig struct {
-	g       *redistest.SentinelGroup
+	g       *redistest.SentinelGroup[*redistest.Server]
 	tr      *Tier
 	c       *holdfast.Cache
 	ns      *holdfast.Namespace

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,17 +51,27 @@ type SentinelConfig struct {
 }
 
 // SentinelGroup is a primary with its replicas and the sentinels that
-// monitor them, every one a Server owned by the test.
-type SentinelGroup struct {
+// monitor them: Servers owned by a test (Sentinel), or Processes a program
+// closes (LaunchSentinel).
+type SentinelGroup[S member] struct {
 	cfg       SentinelConfig
-	nodes     []*Server // the primary at start first, then the replicas
-	sentinels []*Server
+	nodes     []S // the primary at start first, then the replicas
+	sentinels []S
 }
+
+// member is what a SentinelGroup is made of: *Server or *Process.
+type member interface {
+	comparable
+	process() *Process
+}
+
+func (s *Server) process() *Process  { return s.Process }
+func (p *Process) process() *Process { return p }
 
 // Sentinel starts a Sentinel group and returns when every replica is in
 // sync and every sentinel knows every replica and every other sentinel, so
 // that a failover can start at once. It is killed when the test ends.
-func Sentinel(t testing.TB, cfg ...SentinelConfig) *SentinelGroup {
+func Sentinel(t testing.TB, cfg ...SentinelConfig) *SentinelGroup[*Server] {
 	t.Helper()
 	Require(t)
 	var c SentinelConfig
@@ -71,8 +82,92 @@ func Sentinel(t testing.TB, cfg ...SentinelConfig) *SentinelGroup {
 	default:
 		t.Fatal("redistest: Sentinel takes at most one SentinelConfig")
 	}
+	c, err := c.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &SentinelGroup[*Server]{cfg: c}
+	primary := newServer(t, nil, c.Access, c.nodeArgs(0)...)
+	g.nodes = append(g.nodes, primary)
+	for range c.Replicas {
+		g.nodes = append(g.nodes, newServer(t, nil, c.Access, c.nodeArgs(primary.Port())...))
+	}
+	conf := c.sentinelConfig(primary.Port())
+	for range c.Sentinels {
+		g.sentinels = append(g.sentinels, newSentinel(t, conf, Access{Password: c.SentinelPassword}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := g.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// LaunchSentinel starts a Sentinel group for a program, as Sentinel does
+// for a test, and returns when it has settled. The caller must Close it.
+func LaunchSentinel(ctx context.Context, c SentinelConfig) (_ *SentinelGroup[*Process], err error) {
+	if c, err = c.withDefaults(); err != nil {
+		return nil, err
+	}
+	if err := lookBinaries(); err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	g := &SentinelGroup[*Process]{cfg: c}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	primary, err := Launch(Options{Access: c.Access, Args: append(append([]string(nil), testArgs...), c.nodeArgs(0)...)})
+	if err != nil {
+		return nil, err
+	}
+	g.nodes = append(g.nodes, primary)
+	for range c.Replicas {
+		n, err := Launch(Options{Access: c.Access, Args: append(append([]string(nil), testArgs...), c.nodeArgs(primary.Port())...)})
+		if err != nil {
+			return nil, err
+		}
+		g.nodes = append(g.nodes, n)
+	}
+	conf := c.sentinelConfig(primary.Port())
+	for range c.Sentinels {
+		dir, err := os.MkdirTemp("", "holdfast-sentinel-")
+		if err != nil {
+			return nil, fmt.Errorf("redistest: %w", err)
+		}
+		p := &Process{dir: dir, ownDir: true, access: Access{Password: c.SentinelPassword}, sentinel: true}
+		g.sentinels = append(g.sentinels, p)
+		if err := os.WriteFile(filepath.Join(dir, sentinelConf), []byte(conf), 0o600); err != nil {
+			return nil, fmt.Errorf("redistest: %w", err)
+		}
+		if err := p.startOnFreePort(); err != nil {
+			return nil, fmt.Errorf("redistest: cannot start a sentinel: %w\n%s", err, p.logTail())
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := g.WaitSettled(sctx); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Close kills every process of a launched group and removes its
+// directories.
+func (g *SentinelGroup[S]) Close() error {
+	var errs []error
+	for _, p := range append(append([]S(nil), g.sentinels...), g.nodes...) {
+		errs = append(errs, p.process().Close())
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults validates c and fills in the defaults.
+func (c SentinelConfig) withDefaults() (SentinelConfig, error) {
 	if c.Access.TLS != nil {
-		t.Fatal("redistest: Sentinel groups over TLS are not supported")
+		return c, errors.New("redistest: Sentinel groups over TLS are not supported")
 	}
 	if c.MasterName == "" {
 		c.MasterName = "holdfast"
@@ -92,32 +187,24 @@ func Sentinel(t testing.TB, cfg ...SentinelConfig) *SentinelGroup {
 	if c.FailoverTimeout <= 0 {
 		c.FailoverTimeout = 2 * time.Second
 	}
-	g := &SentinelGroup{cfg: c}
-	var auth []string
+	return c, nil
+}
+
+// nodeArgs are a node's own arguments: a replica's of the primary on
+// primaryPort, the primary's with primaryPort 0.
+func (c SentinelConfig) nodeArgs(primaryPort int) []string {
+	var args []string
+	if primaryPort != 0 {
+		args = []string{"--replicaof", "127.0.0.1", strconv.Itoa(primaryPort)}
+	}
 	if c.Access.Password != "" {
-		auth = []string{"--masterauth", c.Access.Password}
+		args = append(args, "--masterauth", c.Access.Password)
 	}
-	primary := newServer(t, nil, c.Access, auth...)
-	g.nodes = append(g.nodes, primary)
-	for range c.Replicas {
-		args := append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())}, auth...)
-		g.nodes = append(g.nodes, newServer(t, nil, c.Access, args...))
-	}
-	conf := g.sentinelConfig(primary.Port())
-	for range c.Sentinels {
-		g.sentinels = append(g.sentinels, newSentinel(t, conf, Access{Password: c.SentinelPassword}))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := g.WaitSettled(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return args
 }
 
 // sentinelConfig is the sentinel.conf every sentinel starts from.
-func (g *SentinelGroup) sentinelConfig(primaryPort int) string {
-	c := g.cfg
+func (c SentinelConfig) sentinelConfig(primaryPort int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sentinel monitor %s 127.0.0.1 %d %d\n", c.MasterName, primaryPort, c.Quorum)
 	fmt.Fprintf(&b, "sentinel down-after-milliseconds %s %d\n", c.MasterName, c.DownAfter.Milliseconds())
@@ -149,37 +236,38 @@ func newSentinel(t testing.TB, conf string, a Access) *Server {
 }
 
 // MasterName returns the name the sentinels monitor the primary under.
-func (g *SentinelGroup) MasterName() string { return g.cfg.MasterName }
+func (g *SentinelGroup[S]) MasterName() string { return g.cfg.MasterName }
 
 // Nodes returns the primary and replicas, the primary at start first.
 // Which is the primary changes with each failover; see Primary.
-func (g *SentinelGroup) Nodes() []*Server { return g.nodes }
+func (g *SentinelGroup[S]) Nodes() []S { return g.nodes }
 
 // Sentinels returns the sentinels.
-func (g *SentinelGroup) Sentinels() []*Server { return g.sentinels }
+func (g *SentinelGroup[S]) Sentinels() []S { return g.sentinels }
 
 // SentinelAddrs returns the sentinels' addresses.
-func (g *SentinelGroup) SentinelAddrs() []string {
+func (g *SentinelGroup[S]) SentinelAddrs() []string {
 	addrs := make([]string, len(g.sentinels))
 	for i, s := range g.sentinels {
-		addrs[i] = s.Addr()
+		addrs[i] = s.process().Addr()
 	}
 	return addrs
 }
 
-// node returns the node listening on addr, or nil.
-func (g *SentinelGroup) node(addr string) *Server {
+// node returns the node listening on addr.
+func (g *SentinelGroup[S]) node(addr string) (S, bool) {
 	for _, n := range g.nodes {
-		if n.Addr() == addr {
-			return n
+		if n.process().Addr() == addr {
+			return n, true
 		}
 	}
-	return nil
+	var none S
+	return none, false
 }
 
 // master returns what sentinel s reports of the group's primary (the
 // fields of SENTINEL MASTER).
-func (g *SentinelGroup) master(ctx context.Context, s *Server) (map[string]string, error) {
+func (g *SentinelGroup[S]) master(ctx context.Context, s *Process) (map[string]string, error) {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	out, err := s.CLI(cctx, "SENTINEL", "MASTER", g.cfg.MasterName)
@@ -194,28 +282,32 @@ func (g *SentinelGroup) master(ctx context.Context, s *Server) (map[string]strin
 	return m, nil
 }
 
+// up reports whether p is running and not frozen.
+func up(p *Process) bool { return p.Running() && !p.frozenNow() }
+
 // Primary returns the node the first answering sentinel calls the primary.
-func (g *SentinelGroup) Primary(ctx context.Context) (*Server, error) {
+func (g *SentinelGroup[S]) Primary(ctx context.Context) (S, error) {
+	var none S
 	var last error
 	for _, s := range g.sentinels {
-		m, err := g.master(ctx, s)
+		m, err := g.master(ctx, s.process())
 		if err != nil {
 			last = err
 			continue
 		}
 		addr := m["ip"] + ":" + m["port"]
-		if n := g.node(addr); n != nil {
+		if n, ok := g.node(addr); ok {
 			return n, nil
 		}
-		return nil, fmt.Errorf("redistest: sentinel %s names %s the primary, not a node of the group", s.Addr(), addr)
+		return none, fmt.Errorf("redistest: sentinel %s names %s the primary, not a node of the group", s.process().Addr(), addr)
 	}
-	return nil, fmt.Errorf("redistest: no sentinel answers: %v", last)
+	return none, fmt.Errorf("redistest: no sentinel answers: %v", last)
 }
 
 // WaitPrimary waits until every running sentinel names the same primary,
 // other than every node in not, and that node reports itself a master, and
 // returns it.
-func (g *SentinelGroup) WaitPrimary(ctx context.Context, not ...*Server) (*Server, error) {
+func (g *SentinelGroup[S]) WaitPrimary(ctx context.Context, not ...S) (S, error) {
 	var last error
 	for {
 		p, err := g.agreedPrimary(ctx, not)
@@ -225,7 +317,7 @@ func (g *SentinelGroup) WaitPrimary(ctx context.Context, not ...*Server) (*Serve
 		last = err
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("redistest: no new primary: %w (last: %v)", ctx.Err(), last)
+			return p, fmt.Errorf("redistest: no new primary: %w (last: %v)", ctx.Err(), last)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -236,22 +328,22 @@ func (g *SentinelGroup) WaitPrimary(ctx context.Context, not ...*Server) (*Serve
 // node reports itself a master, and returns it: the moment the sentinels
 // announce the failover (+switch-master), while the others may still name
 // the old primary until they hear of it.
-func (g *SentinelGroup) FirstNewPrimary(ctx context.Context, not ...*Server) (*Server, error) {
+func (g *SentinelGroup[S]) FirstNewPrimary(ctx context.Context, not ...S) (S, error) {
 	for {
 		for _, s := range g.sentinels {
-			if !s.Running() || s.frozenNow() {
+			if !up(s.process()) {
 				continue
 			}
-			m, err := g.master(ctx, s)
+			m, err := g.master(ctx, s.process())
 			if err != nil {
 				continue
 			}
-			n := g.node(m["ip"] + ":" + m["port"])
-			if n == nil || slices.Contains(not, n) {
+			n, ok := g.node(m["ip"] + ":" + m["port"])
+			if !ok || slices.Contains(not, n) {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			info, err := n.Info(cctx, "replication")
+			info, err := n.process().Info(cctx, "replication")
 			cancel()
 			if err == nil && info["role"] == "master" {
 				return n, nil
@@ -259,44 +351,44 @@ func (g *SentinelGroup) FirstNewPrimary(ctx context.Context, not ...*Server) (*S
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("redistest: no sentinel names a new primary: %w", ctx.Err())
+			var none S
+			return none, fmt.Errorf("redistest: no sentinel names a new primary: %w", ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
 
-func (g *SentinelGroup) agreedPrimary(ctx context.Context, not []*Server) (*Server, error) {
-	var p *Server
+func (g *SentinelGroup[S]) agreedPrimary(ctx context.Context, not []S) (S, error) {
+	var p, none S
+	found := false
 	for _, s := range g.sentinels {
-		if !s.Running() || s.frozenNow() {
+		if !up(s.process()) {
 			continue
 		}
-		m, err := g.master(ctx, s)
+		m, err := g.master(ctx, s.process())
 		if err != nil {
-			return nil, err
+			return none, err
 		}
-		n := g.node(m["ip"] + ":" + m["port"])
-		if n == nil || (p != nil && n != p) {
-			return nil, fmt.Errorf("sentinels disagree or name no node (%s:%s)", m["ip"], m["port"])
+		n, ok := g.node(m["ip"] + ":" + m["port"])
+		if !ok || (found && n != p) {
+			return none, fmt.Errorf("sentinels disagree or name no node (%s:%s)", m["ip"], m["port"])
 		}
-		p = n
+		p, found = n, true
 	}
-	if p == nil {
-		return nil, fmt.Errorf("no sentinel running")
+	if !found {
+		return none, fmt.Errorf("no sentinel running")
 	}
-	for _, o := range not {
-		if p == o {
-			return nil, fmt.Errorf("still %s", p.Addr())
-		}
+	if slices.Contains(not, p) {
+		return none, fmt.Errorf("still %s", p.process().Addr())
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	info, err := p.Info(cctx, "replication")
+	info, err := p.process().Info(cctx, "replication")
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	if info["role"] != "master" {
-		return nil, fmt.Errorf("%s reports role %s", p.Addr(), info["role"])
+		return none, fmt.Errorf("%s reports role %s", p.process().Addr(), info["role"])
 	}
 	return p, nil
 }
@@ -310,14 +402,14 @@ func (s *Process) frozenNow() bool {
 
 // Failover asks a running sentinel for a failover (SENTINEL FAILOVER),
 // which promotes a replica without waiting for the primary to fail.
-func (g *SentinelGroup) Failover(ctx context.Context) error {
+func (g *SentinelGroup[S]) Failover(ctx context.Context) error {
 	var last error
 	for _, s := range g.sentinels {
-		if !s.Running() || s.frozenNow() {
+		if !up(s.process()) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := s.CLI(cctx, "SENTINEL", "FAILOVER", g.cfg.MasterName)
+		_, err := s.process().CLI(cctx, "SENTINEL", "FAILOVER", g.cfg.MasterName)
 		cancel()
 		if err == nil {
 			return nil
@@ -329,10 +421,9 @@ func (g *SentinelGroup) Failover(ctx context.Context) error {
 
 // WaitSettled waits until every running node answers and every other node
 // is a replica of the primary in sync, and every running sentinel agrees on
-// the primary, sees it up,
-// and knows of at least as many replicas and other sentinels as are
-// running: a failover can start at once.
-func (g *SentinelGroup) WaitSettled(ctx context.Context) error {
+// the primary, sees it up, and knows of at least as many replicas and
+// other sentinels as are running: a failover can start at once.
+func (g *SentinelGroup[S]) WaitSettled(ctx context.Context) error {
 	var last error
 	for {
 		if last = g.settled(ctx); last == nil {
@@ -346,51 +437,54 @@ func (g *SentinelGroup) WaitSettled(ctx context.Context) error {
 	}
 }
 
-func (g *SentinelGroup) settled(ctx context.Context) error {
-	p, err := g.agreedPrimary(ctx, nil)
+func (g *SentinelGroup[S]) settled(ctx context.Context) error {
+	ps, err := g.agreedPrimary(ctx, nil)
 	if err != nil {
 		return err
 	}
+	p := ps.process()
 	nodes, sentinels := 0, 0
-	for _, n := range g.nodes {
-		if n.Running() && !n.frozenNow() {
-			nodes++
-			if err := n.healthy(ctx); err != nil {
-				return err
-			}
-			if n == p {
-				continue
-			}
-			// A node back after a failover calls itself a master until
-			// the sentinels convert it.
-			if info, err := n.Info(ctx, "replication"); err != nil || info["role"] != "slave" ||
-				info["master_port"] != strconv.Itoa(p.Port()) {
-				return fmt.Errorf("%s not yet a replica of %s (%v)", n.Addr(), p.Addr(), err)
-			}
+	for _, ns := range g.nodes {
+		n := ns.process()
+		if !up(n) {
+			continue
+		}
+		nodes++
+		if err := n.healthy(ctx); err != nil {
+			return err
+		}
+		if n == p {
+			continue
+		}
+		// A node back after a failover calls itself a master until the
+		// sentinels convert it.
+		if info, err := n.Info(ctx, "replication"); err != nil || info["role"] != "slave" ||
+			info["master_port"] != strconv.Itoa(p.Port()) {
+			return fmt.Errorf("%s not yet a replica of %s (%v)", n.Addr(), p.Addr(), err)
 		}
 	}
 	for _, s := range g.sentinels {
-		if s.Running() && !s.frozenNow() {
+		if up(s.process()) {
 			sentinels++
 		}
 	}
 	for _, s := range g.sentinels {
-		if !s.Running() || s.frozenNow() {
+		if !up(s.process()) {
 			continue
 		}
-		m, err := g.master(ctx, s)
+		m, err := g.master(ctx, s.process())
 		if err != nil {
 			return err
 		}
 		if m["flags"] != "master" {
-			return fmt.Errorf("sentinel %s: primary %s flags %q", s.Addr(), p.Addr(), m["flags"])
+			return fmt.Errorf("sentinel %s: primary %s flags %q", s.process().Addr(), p.Addr(), m["flags"])
 		}
 		// A sentinel keeps counting a replica or sentinel that went away.
 		ns, _ := strconv.Atoi(m["num-slaves"])
 		nos, _ := strconv.Atoi(m["num-other-sentinels"])
 		if ns < nodes-1 || nos < sentinels-1 {
 			return fmt.Errorf("sentinel %s knows %s replicas and %s other sentinels, want %d and %d",
-				s.Addr(), m["num-slaves"], m["num-other-sentinels"], nodes-1, sentinels-1)
+				s.process().Addr(), m["num-slaves"], m["num-other-sentinels"], nodes-1, sentinels-1)
 		}
 	}
 	return nil
