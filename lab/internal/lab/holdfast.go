@@ -20,6 +20,10 @@ import (
 // Its stats function feeds the table's extra figures.
 var newSharedTier func(ctx context.Context, addrs []string) (tier.Tier, func() map[string]float64, error)
 
+// newSentinelTier is newSharedTier for the primary a Sentinel group's
+// sentinels name.
+var newSentinelTier func(ctx context.Context, sentinels []string, master string) (tier.Tier, func() map[string]float64, error)
+
 // NewHoldfast builds the holdfast mode: a holdfast.Cache with one namespace
 // over the Redis tier, loading from cfg.Load. Its settings are the library's
 // defaults except those the scenario fixes: the TTLs, stale-if-error, and a
@@ -28,10 +32,19 @@ func NewHoldfast(ctx context.Context, cfg ReaderConfig) (Reader, error) {
 	if newSharedTier == nil {
 		return nil, &MissingError{Part: "holdfast Redis tier (package redis does not build yet)"}
 	}
-	if len(cfg.RedisAddrs) == 0 {
+	var (
+		tier      tier.Tier
+		tierStats func() map[string]float64
+		err       error
+	)
+	switch {
+	case len(cfg.SentinelAddrs) > 0:
+		tier, tierStats, err = newSentinelTier(ctx, cfg.SentinelAddrs, cfg.SentinelMaster)
+	case len(cfg.RedisAddrs) == 0:
 		return nil, errors.New("holdfast mode needs a Redis address")
+	default:
+		tier, tierStats, err = newSharedTier(ctx, cfg.RedisAddrs)
 	}
-	tier, tierStats, err := newSharedTier(ctx, cfg.RedisAddrs)
 	if err != nil {
 		return nil, fmt.Errorf("holdfast: redis tier: %w", err)
 	}

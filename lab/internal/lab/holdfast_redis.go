@@ -18,6 +18,13 @@ func init() {
 		}
 		return t, func() map[string]float64 { return structStats("tier_", t.Stats()) }, nil
 	}
+	newSentinelTier = func(ctx context.Context, sentinels []string, master string) (tier.Tier, func() map[string]float64, error) {
+		t, err := redis.New(redis.Options{Sentinel: redis.SentinelOptions{Addrs: sentinels, MasterName: master}})
+		if err != nil {
+			return nil, nil, err
+		}
+		return t, func() map[string]float64 { return structStats("tier_", t.Stats()) }, nil
+	}
 }
 
 // nodeStats returns the per-node figures of r's Redis tier when r is the

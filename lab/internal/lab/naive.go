@@ -40,7 +40,23 @@ type Naive struct {
 	ttl     time.Duration
 	timeout time.Duration
 
+	naiveCounters
+}
+
+// naiveCounters are the counts of every naive mode's cache-aside reads.
+type naiveCounters struct {
 	hits, misses, getErrors, setErrors, loadErrors atomic.Int64
+}
+
+// Stats returns the hit, miss and Redis error counts.
+func (n *naiveCounters) Stats() map[string]float64 {
+	return map[string]float64{
+		"hits":             float64(n.hits.Load()),
+		"misses":           float64(n.misses.Load()),
+		"redis_get_errors": float64(n.getErrors.Load()),
+		"redis_set_errors": float64(n.setErrors.Load()),
+		"load_errors":      float64(n.loadErrors.Load()),
+	}
 }
 
 var _ Reader = (*Naive)(nil)
@@ -48,6 +64,9 @@ var _ Reader = (*Naive)(nil)
 // NewNaive builds the naive mode over cfg.RedisAddrs (a standalone server or
 // a cluster: rueidis detects which).
 func NewNaive(ctx context.Context, cfg ReaderConfig) (Reader, error) {
+	if len(cfg.SentinelAddrs) > 0 {
+		return newNaiveSentinel(cfg), nil
+	}
 	if len(cfg.RedisAddrs) == 0 {
 		return nil, errors.New("naive mode needs a Redis address")
 	}
@@ -203,17 +222,6 @@ func (n *Naive) set(ctx context.Context, key string, v []byte) error {
 	sctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
 	return c.Do(sctx, c.B().Set().Key(key).Value(rueidis.BinaryString(v)).Px(n.ttl).Build()).Error()
-}
-
-// Stats returns the hit, miss and Redis error counts.
-func (n *Naive) Stats() map[string]float64 {
-	return map[string]float64{
-		"hits":             float64(n.hits.Load()),
-		"misses":           float64(n.misses.Load()),
-		"redis_get_errors": float64(n.getErrors.Load()),
-		"redis_set_errors": float64(n.setErrors.Load()),
-		"load_errors":      float64(n.loadErrors.Load()),
-	}
 }
 
 // Close closes the client.

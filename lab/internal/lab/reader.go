@@ -32,6 +32,11 @@ type ReaderConfig struct {
 	// RedisAddrs are the shared tier's addresses: one for standalone, the
 	// nodes of a cluster otherwise. Empty means no shared tier.
 	RedisAddrs []string
+	// SentinelAddrs and SentinelMaster, when set instead of RedisAddrs,
+	// are the sentinels of a primary with replicas and the name they
+	// monitor it under.
+	SentinelAddrs  []string
+	SentinelMaster string
 	// Load is the source of truth (the database).
 	Load func(ctx context.Context, key string) ([]byte, error)
 	// TTL is how long a value is fresh: the naive mode's Redis TTL, and

@@ -31,6 +31,10 @@ type Traffic struct {
 	// NewCluster, when set, builds the Cluster instead (Cluster is then
 	// implied): fleet-loss's 30 + 30.
 	NewCluster func(ctx context.Context) (*Cluster, error)
+	// Sentinel runs against a primary with two replicas under three
+	// sentinels (redistest.LaunchSentinel) instead of one server; the
+	// modes find the primary through the sentinels.
+	Sentinel bool
 	// Faults run at their offsets, in order, on one goroutine.
 	Faults []Fault
 	// Prepare runs once the servers are up, before the Reader is built
@@ -60,20 +64,24 @@ type Fault struct {
 	Do   func(ctx context.Context, f *Fixture) error
 }
 
-// Fixture is what a mode runs against: one standalone server (Redis) or a
-// cluster (Cluster), never both.
+// Fixture is what a mode runs against: one standalone server (Redis), a
+// cluster (Cluster) or a Sentinel group (Sentinel), only one of them.
 type Fixture struct {
-	Redis   *redistest.Process
-	Cluster *Cluster
-	Source  *Source
-	Reader  Reader
-	Start   time.Time
+	Redis    *redistest.Process
+	Cluster  *Cluster
+	Sentinel *redistest.SentinelGroup[*redistest.Process]
+	Source   *Source
+	Reader   Reader
+	Start    time.Time
 }
 
 // servers returns every redis-server of the fixture.
 func (f *Fixture) servers() []*redistest.Process {
 	if f.Cluster != nil {
 		return f.Cluster.Nodes
+	}
+	if f.Sentinel != nil {
+		return f.Sentinel.Nodes()
 	}
 	return []*redistest.Process{f.Redis}
 }
@@ -92,6 +100,13 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 		}
 		defer func() { err = errors.Join(err, c.Close()) }()
 		f.Cluster = c
+	} else if t.Sentinel {
+		g, err := redistest.LaunchSentinel(ctx, redistest.SentinelConfig{})
+		if err != nil {
+			return res, err
+		}
+		defer func() { err = errors.Join(err, g.Close()) }()
+		f.Sentinel = g
 	} else {
 		srv, err := redistest.Launch(redistest.Options{})
 		if err != nil {
@@ -114,6 +129,9 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 	f.Source = src
 	cfg := t.Reader
 	cfg.RedisAddrs = addrs
+	if f.Sentinel != nil {
+		cfg.RedisAddrs, cfg.SentinelAddrs, cfg.SentinelMaster = nil, f.Sentinel.SentinelAddrs(), f.Sentinel.MasterName()
+	}
 	cfg.Load = src.Load
 	cfg.LoadCap = t.Source.Cap
 	r, err := m.New(ctx, cfg)
