@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers the tests start for themselves, from Debian's packages,
-# when they are missing: redis-server (the Redis tier, Cluster and lab tests)
+# when they are missing: redis-server (the Redis tier, Cluster, Sentinel and
+# lab tests; a sentinel is redis-server --sentinel, so Debian's
+# redis-sentinel package adds nothing they need)
 # and PostgreSQL (the catalog store's PostgreSQL suite, run through
 # pg_ctlcluster), and the tools of the lab's network namespace test (iproute2,
 # util-linux). Nothing is started here; each test starts its own server on
