@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,6 +91,11 @@ type sentinelClient struct {
 	co   rueidis.ClientOption // the primary's, InitAddress set per primary
 	cur  atomic.Pointer[primaryConn]
 	cmds rueidis.Builder
+	// epoch is the least configuration epoch of the primary followed: its
+	// naming's when a sentinel was asked, one more than the last when it
+	// was announced (a failover raises it). An answer under an older
+	// epoch is not followed.
+	epoch atomic.Int64
 
 	// moved is called, on the resolver's goroutine, after each move.
 	moved func(addr string)
@@ -116,11 +122,12 @@ func newSentinelClient(o Options, co rueidis.ClientOption, moved func(addr strin
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.DialTimeout)
 	defer cancel()
-	pc, err := s.resolve(ctx, "")
+	pc, epoch, err := s.resolve(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	s.cur.Store(pc)
+	s.epoch.Store(epoch)
 	s.cmds = pc.client.B()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, addr := range o.Sentinel.Addrs {
@@ -148,52 +155,71 @@ func (s *sentinelClient) sentinelOption(addr string) rueidis.ClientOption {
 	return co
 }
 
-// askSentinel returns the primary's address as the sentinel at addr names
-// it.
-func (s *sentinelClient) askSentinel(ctx context.Context, addr string) (string, error) {
+// named is a primary as one sentinel names it, with the configuration
+// epoch of that naming: each failover gives its new primary a higher one.
+type named struct {
+	addr  string
+	epoch int64
+}
+
+// askSentinel returns the primary as the sentinel at addr names it
+// (SENTINEL MASTER).
+func (s *sentinelClient) askSentinel(ctx context.Context, addr string) (named, error) {
 	c, err := rueidis.NewClient(s.sentinelOption(addr))
 	if err != nil {
-		return "", err
+		return named{}, err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, roleTimeout)
 	defer cancel()
-	hp, err := c.Do(ctx, c.B().SentinelGetMasterAddrByName().Master(s.o.Sentinel.MasterName).Build()).AsStrSlice()
+	// rueidis has no builder for SENTINEL MASTER.
+	m, err := c.Do(ctx, c.B().Arbitrary("SENTINEL", "MASTER").Args(s.o.Sentinel.MasterName).Build()).AsStrMap()
 	if err != nil {
-		return "", err
+		return named{}, err
 	}
-	if len(hp) != 2 {
-		return "", fmt.Errorf("sentinel %s knows no master named %q", addr, s.o.Sentinel.MasterName)
+	epoch, err := strconv.ParseInt(m["config-epoch"], 10, 64)
+	if err != nil || m["ip"] == "" || m["port"] == "" {
+		return named{}, fmt.Errorf("sentinel %s: no address or configuration epoch for master %q", addr, s.o.Sentinel.MasterName)
 	}
-	return net.JoinHostPort(hp[0], hp[1]), nil
+	return named{addr: net.JoinHostPort(m["ip"], m["port"]), epoch: epoch}, nil
 }
 
-// resolve asks the sentinels in turn for the primary and connects to the
-// first they name, other than skip, that answers ROLE as a master.
-func (s *sentinelClient) resolve(ctx context.Context, skip string) (*primaryConn, error) {
+// resolve asks every sentinel for the primary and takes the naming of the
+// highest configuration epoch, no lower than the one followed now: a
+// sentinel that has not yet heard of the last failover names the old
+// primary under an older epoch, and an old primary restarted calls itself
+// a master until the sentinels convert it, so the first answer alone could
+// send the tier back to it. It connects to the primary so named unless it
+// is skip, and checks that it answers ROLE as a master.
+func (s *sentinelClient) resolve(ctx context.Context, skip string) (*primaryConn, int64, error) {
 	var errs []error
+	best := named{epoch: -1}
 	for _, sa := range s.o.Sentinel.Addrs {
 		if ctx.Err() != nil {
 			break
 		}
-		addr, err := s.askSentinel(ctx, sa)
+		n, err := s.askSentinel(ctx, sa)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sentinel %s: %w", sa, err))
 			continue
 		}
-		if addr == skip {
-			continue
+		if n.epoch > best.epoch {
+			best = n
 		}
-		pc, err := s.connect(ctx, addr)
-		if err == nil {
-			return pc, nil
-		}
-		errs = append(errs, fmt.Errorf("primary %s named by sentinel %s: %w", addr, sa, err))
 	}
-	if len(errs) == 0 {
-		return nil, fmt.Errorf("the sentinels name no primary other than %s", skip)
+	switch {
+	case best.epoch < 0:
+		return nil, 0, errors.Join(errs...)
+	case best.epoch < s.epoch.Load():
+		return nil, 0, fmt.Errorf("the sentinels name %s under epoch %d, older than the %d followed", best.addr, best.epoch, s.epoch.Load())
+	case best.addr == skip:
+		return nil, 0, fmt.Errorf("the sentinels name %s, the primary followed", skip)
 	}
-	return nil, errors.Join(errs...)
+	pc, err := s.connect(ctx, best.addr)
+	if err != nil {
+		return nil, 0, fmt.Errorf("primary %s: %w", best.addr, err)
+	}
+	return pc, best.epoch, nil
 }
 
 // errNotPrimary is a node named the primary that reports another role.
@@ -293,7 +319,7 @@ func (s *sentinelClient) run() {
 					s.lookAgain() // not a master yet, or not reachable: the sentinels are asked
 					continue
 				}
-				s.move(pc)
+				s.move(pc, s.epoch.Load()+1)
 			}
 		case <-s.kick:
 			s.check()
@@ -312,19 +338,20 @@ func (s *sentinelClient) check() {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.o.DialTimeout)
 	defer cancel()
-	if pc, err := s.resolve(ctx, cur.addr); err == nil {
-		s.move(pc)
+	if pc, epoch, err := s.resolve(ctx, cur.addr); err == nil {
+		s.move(pc, epoch)
 	}
 }
 
-// move makes pc the primary, then closes the old one's client: calls still
-// on it fail, and their outcomes, of the breaker's old generation, are not
-// counted.
-func (s *sentinelClient) move(pc *primaryConn) {
+// move makes pc, of configuration epoch at least epoch, the primary, then
+// closes the old one's client: calls still on it fail, and their outcomes,
+// of the breaker's old generation, are not counted.
+func (s *sentinelClient) move(pc *primaryConn, epoch int64) {
 	if s.ctx.Err() != nil {
 		pc.client.Close()
 		return
 	}
+	s.epoch.Store(epoch)
 	old := s.cur.Swap(pc)
 	s.moved(pc.addr)
 	old.client.Close()

@@ -75,7 +75,10 @@ type sentinelRig struct {
 func newSentinelRig(t *testing.T) *sentinelRig {
 	t.Helper()
 	r := &sentinelRig{g: redistest.Sentinel(t)}
-	r.tr = newTier(t, Options{Logger: quiet, Sentinel: SentinelOptions{Addrs: r.g.SentinelAddrs(), MasterName: r.g.MasterName()}})
+	// A write timeout of 500 ms: what is measured is where writes go, not
+	// how a 100 ms bound fares on a busy machine.
+	r.tr = newTier(t, Options{Logger: quiet, WriteTimeout: 500 * time.Millisecond,
+		Sentinel: SentinelOptions{Addrs: r.g.SentinelAddrs(), MasterName: r.g.MasterName()}})
 	if !r.tr.Sentinel() || r.tr.Primary() != r.g.Nodes()[0].Addr() {
 		t.Fatalf("tier on %q (sentinel %v), want the group's primary %s", r.tr.Primary(), r.tr.Sentinel(), r.g.Nodes()[0].Addr())
 	}
@@ -91,7 +94,7 @@ func newSentinelRig(t *testing.T) *sentinelRig {
 	r.loader = func(_ context.Context, key string) ([]byte, error) {
 		return fmt.Appendf(nil, "%s=%d", key, r.version.Load()), nil
 	}
-	ctx := ctxT(t, 10*time.Second)
+	ctx := ctxT(t, 30*time.Second)
 	for i := range 50 {
 		key := fmt.Sprintf("k%d", i)
 		r.keys = append(r.keys, key)
@@ -99,16 +102,25 @@ func newSentinelRig(t *testing.T) *sentinelRig {
 			t.Fatal(err)
 		}
 	}
-	// The loads' writes to Redis are asynchronous: wait until every key
-	// is on every replica, so that a failover cannot lose them.
-	for _, n := range r.g.Nodes() {
-		for _, key := range r.keys {
-			for deadline := time.Now().Add(10 * time.Second); storedRaw(t, n, "p:"+key) == ""; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s never reached %s", key, n.Addr())
-				}
+	// The loads' writes to Redis are asynchronous and, past their write
+	// timeout on a busy machine, lost: read again until every key is on
+	// the primary (a miss loads and writes it again), then wait for both
+	// replicas to have everything, so that a failover cannot lose a key.
+	primary := rawClient(t, r.g.Nodes()[0].Addr())
+	for _, key := range r.keys {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			n, err := primary.Do(ctx, primary.B().Exists().Key("p:"+key).Build()).AsInt64()
+			if err == nil && n == 1 {
+				break
 			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never reached the primary (%v)", key, err)
+			}
+			_, _ = r.ns.Get(ctx, key, r.loader)
 		}
+	}
+	if n, err := primary.Do(ctx, primary.B().Wait().Numreplicas(2).Timeout(10_000).Build()).AsInt64(); err != nil || n != 2 {
+		t.Fatalf("WAIT: %d replicas (%v), want 2", n, err)
 	}
 	return r
 }
@@ -262,11 +274,19 @@ func (w *sentinelWrites) checkLanded(t *testing.T, p *redistest.Server, switched
 	if after == 0 {
 		t.Error("no write acknowledged more than 1 s after the switch")
 	}
+	// A write past its timeout on a busy machine is possible any time: a
+	// few are logged, a share of them is a failure.
+	var late int
 	for _, f := range w.failed {
 		if f.After(switched.Add(time.Second)) {
-			t.Errorf("a write failed %v after the switch", f.Sub(switched))
-			break
+			late++
 		}
+	}
+	if late > 0 {
+		t.Logf("%d writes failed more than 1 s after the switch, of %d tried", late, late+after)
+	}
+	if late*20 > late+after {
+		t.Errorf("%d of %d writes failed more than 1 s after the switch", late, late+after)
 	}
 	last := "none"
 	if lost > 0 {
@@ -380,10 +400,23 @@ func TestSentinelPrimaryKilled(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	run := r.underFailover(t, ctx, nil, func(old *redistest.Server) { old.Kill() })
 
-	// The old primary returns, empty, calling itself a master.
+	// The old primary returns, empty, calling itself a master. Asked
+	// meanwhile, the sentinels' naming of the highest epoch is the new
+	// primary, whatever one of them that has not yet heard of the
+	// failover says.
 	run.old.Restart()
 	back := time.Now()
-	time.Sleep(1500 * time.Millisecond)
+	for time.Since(back) < 1500*time.Millisecond {
+		pc, _, err := r.tr.sentinel.resolve(ctx, "")
+		if err != nil {
+			t.Fatalf("resolve after the old primary's return: %v", err)
+		}
+		pc.client.Close()
+		if pc.addr != run.p.Addr() {
+			t.Fatalf("the sentinels resolve to %s after the old primary's return, want %s", pc.addr, run.p.Addr())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if fullRun() {
 		if err := r.g.WaitSettled(ctx); err != nil {
 			t.Fatal(err)
@@ -424,13 +457,14 @@ func TestSentinelLostAndManualFailover(t *testing.T) {
 	run := r.underFailover(t, ctx, func() {
 		r.g.Sentinels()[0].Kill()
 		time.Sleep(1500 * time.Millisecond)
-		// A read past its 50 ms budget on a busy machine is possible any
-		// time (the Cache answers it from memory): it is logged, not failed.
+		// A read past its 50 ms budget, or a write past its timeout, on a
+		// busy machine is possible any time (the Cache answers the read
+		// from memory): they are logged, not failed.
 		st := r.tr.Stats()
-		if st.PrimaryMoves != 0 || st.BreakerOpens != 0 || st.SetErrors != 0 {
+		if st.PrimaryMoves != 0 || st.BreakerOpens != 0 {
 			t.Errorf("a lost sentinel changed something: %+v", st)
 		}
-		t.Logf("with a sentinel lost: %d reads of Redis, %d failed", st.Gets, st.Errors)
+		t.Logf("with a sentinel lost: %d reads of Redis, %d failed; %d writes, %d failed", st.Gets, st.Errors, st.Sets, st.SetErrors)
 		if r.tr.Primary() != r.g.Nodes()[0].Addr() {
 			t.Errorf("tier moved to %s on a lost sentinel", r.tr.Primary())
 		}
