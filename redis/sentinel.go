@@ -43,6 +43,14 @@ import (
 //   - It says nothing when it switches, so the breaker and the stream's
 //     subscription could not follow.
 //
+// Going back is guarded: when the tier asks, it takes the naming of the
+// highest configuration epoch among all the sentinels, never one older
+// than it follows, and it does not return to a primary it moved away from
+// on a naming no newer than the move's, nor on an announcement while the
+// current primary still answers as a master. Under -race on a saturated
+// machine the sentinels were seen naming the old primary, restarted and
+// calling itself a master, under the new epoch for over a second.
+//
 // Replicas take no reads: rueidis's SendToReplicas would read from one
 // replica picked at random among those the sentinels do not think down,
 // whatever its replication state (one in full resync answers empty), and
@@ -96,6 +104,10 @@ type sentinelClient struct {
 	// was announced (a failover raises it). An answer under an older
 	// epoch is not followed.
 	epoch atomic.Int64
+	// left holds the primaries moved away from, with the epoch of the
+	// move: resolve does not go back to one under that epoch or an older
+	// one.
+	left sync.Map // addr -> int64
 
 	// moved is called, on the resolver's goroutine, after each move.
 	moved func(addr string)
@@ -215,6 +227,12 @@ func (s *sentinelClient) resolve(ctx context.Context, skip string) (*primaryConn
 	case best.addr == skip:
 		return nil, 0, fmt.Errorf("the sentinels name %s, the primary followed", skip)
 	}
+	if e, ok := s.left.Load(best.addr); ok && best.epoch <= e.(int64) {
+		// An old primary, restarted, calls itself a master, and has
+		// been seen named again under the epoch the tier left it at: it
+		// is followed again only when an announcement names it.
+		return nil, 0, fmt.Errorf("the sentinels name %s under epoch %d, a primary left at epoch %d", best.addr, best.epoch, e.(int64))
+	}
 	pc, err := s.connect(ctx, best.addr)
 	if err != nil {
 		return nil, 0, fmt.Errorf("primary %s: %w", best.addr, err)
@@ -311,6 +329,13 @@ func (s *sentinelClient) run() {
 		case <-s.ctx.Done():
 			return
 		case addr := <-s.announced:
+			if _, left := s.left.Load(addr); left {
+				// Back to a primary moved away from: only when the
+				// current one no longer answers as a master, and then
+				// under a newer epoch (check, resolve).
+				s.check()
+				continue
+			}
 			if addr != s.cur.Load().addr {
 				ctx, cancel := context.WithTimeout(s.ctx, s.o.DialTimeout)
 				pc, err := s.connect(ctx, addr)
@@ -353,6 +378,8 @@ func (s *sentinelClient) move(pc *primaryConn, epoch int64) {
 	}
 	s.epoch.Store(epoch)
 	old := s.cur.Swap(pc)
+	s.left.Store(old.addr, epoch)
+	s.left.Delete(pc.addr)
 	s.moved(pc.addr)
 	old.client.Close()
 }
