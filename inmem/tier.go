@@ -44,6 +44,7 @@ type item struct {
 type Calls struct {
 	Gets, GetManys, Sets, Deletes int
 	Versions, Leases, Releases    int
+	Refills                       int // Refiller
 	SmearedGets, SmearedSets      int // Smearing only
 	HotShares                     int
 }
@@ -244,6 +245,37 @@ func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
 	}
 	t.announce(ctx, keys)
 	return nil
+}
+
+var _ tier.Refiller = (*Tier)(nil)
+
+// Refill implements tier.Refiller.
+func (t *Tier) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+	if err := t.enter(ctx, &t.calls.Refills); err != nil {
+		return false, nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.versions[it.Key] != 0 {
+		return false, nil, nil
+	}
+	if cur, ok := t.items[it.Key]; ok && t.now().Before(cur.expires) {
+		return false, append([]byte(nil), cur.value...), nil
+	}
+	t.items[it.Key] = item{append([]byte(nil), it.Value...), t.now().Add(it.TTL)}
+	return true, nil, nil
+}
+
+// Restart empties the tier as a server restarted without its data would
+// be: every value, version, lease and hot set is gone. The outage around
+// it is the test's to make (Fail, Deafen and Hear).
+func (t *Tier) Restart() {
+	t.mu.Lock()
+	t.items = make(map[string]item)
+	t.versions = nil
+	t.leases = nil
+	t.hotSets = nil
+	t.mu.Unlock()
 }
 
 // Lease implements tier.Coordinator.

@@ -16,7 +16,7 @@ func TestConformance(t *testing.T) {
 			tr := inmem.New(nil)
 			return func(*testing.T) tier.Tier { return tr }
 		},
-		Want: tiertest.Capabilities{Coordinator: true, HotSharer: true, InvalidationStream: true},
+		Want: tiertest.Capabilities{Coordinator: true, Refiller: true, HotSharer: true, InvalidationStream: true},
 	})
 }
 
@@ -26,6 +26,6 @@ func TestConformanceSmearing(t *testing.T) {
 			tr := inmem.New(nil).Smearing(3)
 			return func(*testing.T) tier.Tier { return tr }
 		},
-		Want: tiertest.Capabilities{Coordinator: true, Smearer: true, HotSharer: true, InvalidationStream: true},
+		Want: tiertest.Capabilities{Coordinator: true, Refiller: true, Smearer: true, HotSharer: true, InvalidationStream: true},
 	})
 }

@@ -1,7 +1,7 @@
 // Package tier is what a shared tier implements for holdfast, as
 // database/sql/driver is what a database driver implements for database/sql:
-// the Tier interface and its optional capabilities (Coordinator, Smearer,
-// HotSharer, InvalidationStream, Leveler, HealthReporter), the types they
+// the Tier interface and its optional capabilities (Coordinator, Refiller,
+// Smearer, HotSharer, InvalidationStream, Leveler, HealthReporter), the types they
 // exchange, and the envelope every tier stores.
 // An application uses package holdfast and passes a tier (package redis, or
 // inmem for tests) as holdfast.Options.Shared; it never needs this package.
@@ -91,6 +91,30 @@ type Coordinator interface {
 	Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
 	// Release gives the lease up if token still holds it.
 	Release(ctx context.Context, key, token string) error
+}
+
+// Refiller is implemented by coordinating tiers that can take back a value
+// a process holds in memory when the tier has lost it (a node restarted
+// empty, a replica promoted without the latest writes, an eviction), so
+// that the process does not load it from the source again. The Cache calls
+// Refill on a miss of a key whose copy in its memory no invalidation can
+// have passed unheard (holdfast's doc/across-processes.md says which).
+//
+// A tier that lost a key's value has lost its version too, so the version
+// a copy was loaded under proves nothing there. Refill writes only where
+// the tier holds neither: no value of the key (any process's load or
+// write-back is kept, and only one write-back of a key lands) and no
+// version (no invalidation of the key the tier remembers, the one made
+// after a restart included). The check and the write are atomic, so an
+// invalidation that reaches the tier before the write refuses it, and one
+// after deletes it.
+type Refiller interface {
+	Coordinator
+	// Refill writes item if the tier holds neither a value nor a version
+	// for its key, atomically, and reports whether it did. When it did not
+	// because the key holds a value, held is that value; when it did not
+	// because the key has a version (it was invalidated), held is nil.
+	Refill(ctx context.Context, item Item) (written bool, held []byte, err error)
 }
 
 // Smearer is implemented by shared tiers that can spread a hot key's reads

@@ -5,7 +5,7 @@
 // behaviour it checks.
 //
 // Run checks the methods of tier.Tier and of every optional capability the
-// tier has (tier.Coordinator, tier.Smearer, tier.HotSharer,
+// tier has (tier.Coordinator, tier.Refiller, tier.Smearer, tier.HotSharer,
 // tier.InvalidationStream, tier.Leveler), through the interfaces only. A
 // capability the tier lacks is logged; one that Config.Want names and the
 // tier lacks fails the run. The checks that need a second process (a write
@@ -60,6 +60,7 @@ type Config struct {
 // Capabilities names the optional interfaces of package tier.
 type Capabilities struct {
 	Coordinator        bool
+	Refiller           bool
 	Smearer            bool
 	HotSharer          bool
 	InvalidationStream bool
@@ -96,6 +97,7 @@ func Run(t *testing.T, c Config) {
 	s := &suite{cfg: c}
 	probe := s.open(t)
 	_, hasCoord := probe.(tier.Coordinator)
+	_, hasRefill := probe.(tier.Refiller)
 	_, hasSmear := probe.(tier.Smearer)
 	_, hasShare := probe.(tier.HotSharer)
 	_, hasStream := probe.(tier.InvalidationStream)
@@ -103,6 +105,7 @@ func Run(t *testing.T, c Config) {
 
 	t.Run("Tier", s.runTier)
 	capability(t, "Coordinator", c.Want.Coordinator, hasCoord, s.runCoordinator)
+	capability(t, "Refiller", c.Want.Refiller, hasRefill, s.runRefiller)
 	capability(t, "Smearer", c.Want.Smearer, hasSmear, s.runSmearer)
 	capability(t, "HotSharer", c.Want.HotSharer, hasShare, s.runHotSharer)
 	capability(t, "InvalidationStream", c.Want.InvalidationStream, hasStream, s.runStream)
