@@ -72,6 +72,17 @@ local p = redis.pcall('PUBLISH', ARGV[2], ARGV[3])
 local perr = ''
 if type(p) == 'table' and p.err then perr = p.err end
 return {v, redis.call('SMEMBERS', KEYS[3]), perr}`)
+	// KEYS: value, version. ARGV: value, TTL in ms. Returns {1} when it
+	// wrote, {0} when the key has a version (an invalidation this server
+	// remembers), {2, held} when the key holds a value: a write-back
+	// (tier.Refiller) never replaces a value, and never lands on a key
+	// invalidated since the server lost its data.
+	refillScript = newScript(`
+if redis.call('EXISTS', KEYS[2]) == 1 then return {0} end
+local held = redis.call('GET', KEYS[1])
+if held then return {2, held} end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1}`)
 	// KEYS: lease. ARGV: token.
 	releaseScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -143,6 +154,49 @@ func (t *Tier) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (
 		return false, fmt.Errorf("redis tier set %q: %w", it.Key, err)
 	}
 	return n == 1, nil
+}
+
+var _ tier.Refiller = (*Tier)(nil)
+
+// Refill implements tier.Refiller with one script on the key's primary,
+// which checks the key's version and value and writes, atomically.
+func (t *Tier) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+	c := &t.stats
+	c.sets.add(1)
+	full, err := t.checkItem(it)
+	if err != nil {
+		return false, nil, err
+	}
+	vk, err := sibling(full, ":v")
+	if err != nil {
+		c.setErrors.add(1)
+		return false, nil, fmt.Errorf("redis tier refill %q: %w", it.Key, err)
+	}
+	ms := strconv.FormatInt(pxMillis(it.TTL), 10)
+	res := t.one(ctx, t.opts.WriteTimeout, refillScript.call([]string{full, vk}, string(it.Value), ms))
+	arr, err := res.ToArray()
+	var code int64
+	if err == nil && len(arr) == 0 {
+		err = errors.New("refill answered no value")
+	}
+	if err == nil {
+		code, err = arr[0].AsInt64()
+	}
+	if err != nil {
+		t.countSetFailure(err)
+		return false, nil, fmt.Errorf("redis tier refill %q: %w", it.Key, err)
+	}
+	switch {
+	case code == 1:
+		return true, nil, nil
+	case code == 2 && len(arr) == 2:
+		held, err := arr[1].AsBytes()
+		if err != nil {
+			return false, nil, fmt.Errorf("redis tier refill %q: %w", it.Key, err)
+		}
+		return false, held, nil
+	}
+	return false, nil, nil
 }
 
 // Invalidate implements tier.Coordinator: one script per key, pipelined.
