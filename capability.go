@@ -8,7 +8,8 @@ import (
 
 // What the shared tier can do beyond tier.Tier is found once, at New, by
 // type:
-// tier.Coordinator (versions for the stale-set guard, leases), tier.Smearer (copies of
+// tier.Coordinator (versions for the stale-set guard, leases), tier.Refiller
+// (write-backs from memory, refill.go), tier.Smearer (copies of
 // hot keys), tier.HotSharer (a shared hot set), tier.InvalidationStream,
 // tier.Leveler (reads shed from busy nodes). A policy that needs a capability
 // the tier lacks is an error from Cache.Namespace, never a silent downgrade
@@ -57,6 +58,7 @@ func (cp capabilities) String() string {
 // Unwrap chain that has it.
 type tierCaps struct {
 	coord  tier.Coordinator
+	refill tier.Refiller
 	smear  tier.Smearer
 	share  tier.HotSharer
 	stream tier.InvalidationStream
@@ -67,6 +69,7 @@ type tierCaps struct {
 func probeTier(t tier.Tier) tierCaps {
 	return tierCaps{
 		coord:  probe[tier.Coordinator](t),
+		refill: probe[tier.Refiller](t),
 		smear:  probe[tier.Smearer](t),
 		share:  probe[tier.HotSharer](t),
 		stream: probe[tier.InvalidationStream](t),

@@ -19,6 +19,9 @@ import (
 // other keys load: a batch never holds a lease while it waits for one, or
 // two processes whose batches share keys could each wait for the other.
 func (n *Namespace) load(ctx context.Context, js []*job, src source) {
+	if js = n.refill(js); len(js) == 0 {
+		return
+	}
 	if len(js) == 1 {
 		n.prepare(ctx, js[0])
 	} else {

@@ -32,6 +32,7 @@ type job struct {
 	ver       version    // the key's version, read before the source
 	lease     *lease     // held while this process loads the key
 	waiting   bool       // another process holds the key's lease
+	refill    *meta      // a copy in memory to write back instead of loading
 	done      bool       // out is the flight's answer
 	out       outcome
 }

@@ -48,6 +48,12 @@ type streamState struct {
 	// resumedAt is when the last gap ended: values loaded since were
 	// loaded while the stream was heard, and need no check.
 	resumedAt atomic.Int64
+	// lostHeard is heard when the latest gap began, and prevFrom and
+	// prevTo the heard period that gap ended: from its resumedAt to its
+	// last Heard. A copy found current in it missed nothing but what the
+	// one gap since may have hidden (refill.go).
+	lostHeard        atomic.Int64
+	prevFrom, prevTo atomic.Int64
 }
 
 // heardAll reports whether the stream is heard now and has been since
@@ -78,6 +84,8 @@ func (l listener) Heard() {
 	now := l.c.clock.Now().UnixNano()
 	s.heard.Store(now)
 	if s.gap.Load() {
+		s.prevFrom.Store(s.resumedAt.Load())
+		s.prevTo.Store(s.lostHeard.Load())
 		s.resumedAt.Store(now)
 	}
 	if s.gap.CompareAndSwap(true, false) {
@@ -88,7 +96,12 @@ func (l listener) Heard() {
 	}
 }
 
-func (l listener) Lost() { l.c.stream.gap.Store(true) }
+func (l listener) Lost() {
+	s := &l.c.stream
+	if s.gap.CompareAndSwap(false, true) {
+		s.lostHeard.Store(s.heard.Load())
+	}
+}
 
 // namespaceOf returns the namespace of a qualified key, or nil.
 func (c *Cache) namespaceOf(key string) *Namespace {

@@ -1,6 +1,10 @@
 package holdfast
 
-import "github.com/holdfast-dev/holdfast/internal/testhook"
+import (
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/testhook"
+)
 
 func init() {
 	testhook.Loading = func(ns any, key string) bool { return ns.(*Namespace).flights.inProgress(key) }
@@ -10,4 +14,5 @@ func init() {
 			n.hot.Seed(seed)
 		}
 	}
+	testhook.StreamHeardAt = func(c any) time.Time { return time.Unix(0, c.(*Cache).stream.heard.Load()) }
 }

@@ -6,6 +6,8 @@
 // move the clock waits for these first.
 package testhook
 
+import "time"
+
 // Loading reports whether a fetch of key is in progress in ns, a
 // *holdfast.Namespace, its shared-tier write included. Package holdfast
 // sets it when it is initialized.
@@ -21,3 +23,8 @@ var StreamHeard func(c any) bool
 // run (the hit-ratio comparison's). Call it before ns is read. Package
 // holdfast sets it.
 var SeedHot func(ns any, seed uint64)
+
+// StreamHeardAt is when c, a *holdfast.Cache, last heard its stream, by
+// its clock: a test that needs the copies it holds vouched for by a
+// heartbeat waits for one. Package holdfast sets it.
+var StreamHeardAt func(c any) time.Time

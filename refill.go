@@ -1,0 +1,166 @@
+package holdfast
+
+import (
+	"context"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/tier"
+)
+
+// Refill from memory. When the shared tier misses a key (a node restarted
+// empty, a replica promoted without the latest writes, an eviction) and
+// this process holds a copy of it as current as the tier's was, the copy
+// answers the read and is written back to the tier (tier.Refiller), so
+// that a fleet holding every value in memory does not reload them all from
+// the source at once.
+//
+// A copy is written back only if no invalidation can have passed it
+// unheard here:
+//   - in last-known-good, neither demoted by another process's
+//     invalidation nor a cached not-found, and before its soft time (past
+//     it, the key loads as it would have);
+//   - found current (loaded, or read from the tier) while the invalidation
+//     stream was heard: in the heard period now, or in the one before the
+//     latest gap, ended or not, well before its last heartbeat
+//     (streamState.refillable). An invalidation missed here was then made
+//     in that one gap, which the outage that emptied the node is;
+//   - not invalidated here since (pending replays, recent invalidations)
+//     and its flight not overtaken by an invalidation, checked under the
+//     flight's store lock, which is held across the write-back as a load's
+//     write holds it.
+//
+// An emptied node has lost the keys' versions with their values, so the
+// stale-set guard's compare-and-set proves nothing there. The write-back
+// is instead one atomic check and write on the node (Refill): only where
+// the node holds neither a value of the key nor a version. So an
+// invalidation that reaches the node before it (one made after the
+// restart, or replayed by a process that could not reach the node during
+// the outage) refuses it and the key loads; one that reaches the node
+// after it deletes it and is announced, which demotes the copy here. What
+// it cannot see is an invalidation the node took, and lost with its data,
+// while this process no longer heard it (doc/across-processes.md). Of
+// several processes writing the same key back, one lands and the others
+// are handed its value: one write-back per key.
+
+// refillCopy returns the copy in memory that job j, which missed in the
+// shared tier, may write back instead of loading, or nil.
+func (n *Namespace) refillCopy(j *job, now int64) *meta {
+	if j.done || j.status != tierMiss || j.refreshOf != 0 || n.c.caps.refill == nil || n.c.caps.stream == nil || n.lkg == nil {
+		return nil
+	}
+	m := n.lkg.Get(j.key, now)
+	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.refillable(m.currentAt()) ||
+		n.pending.has(j.key) || n.recent.supersedes(j.key, m.origin, now, n.supersedeWindow()) {
+		return nil
+	}
+	return m
+}
+
+// refill writes back the copies of the jobs that have one, concurrently,
+// and returns the jobs that must still load: those without a copy, and
+// those whose write-back the tier refused.
+func (n *Namespace) refill(js []*job) []*job {
+	k := 0
+	for _, j := range js {
+		if j.refill != nil {
+			k++
+		}
+	}
+	if k == 0 {
+		return js
+	}
+	with := make([]*job, 0, k)
+	for _, j := range js {
+		if j.refill != nil {
+			with = append(with, j)
+		}
+	}
+	each(with, n.writeBack)
+	left := js[:0:0]
+	for _, j := range js {
+		if !j.done {
+			left = append(left, j)
+		}
+	}
+	return left
+}
+
+// writeBack writes j's copy back to the shared tier and answers j with it,
+// or with the value the tier holds already; it leaves j to load when the
+// tier refused because the key was invalidated, or the copy's time ran out.
+func (n *Namespace) writeBack(j *job) {
+	m := j.refill
+	j.refill = nil
+	if !j.f.beginStore() {
+		// Invalidated since the lookup: the load that follows is
+		// refused its store as any would be.
+		j.f.endStore()
+		return
+	}
+	defer j.f.endStore()
+	sent := n.exactNow()
+	if sent >= m.soft {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
+	defer cancel()
+	item := tier.Item{Key: n.prefix + j.key, Value: m.raw, TTL: time.Duration(n.staleUntil(m) - sent)}
+	written, held, err := n.c.caps.refill.Refill(ctx, item)
+	now := n.exactNow()
+	switch {
+	case err != nil:
+		n.countTierError(err, evSharedSetError)
+		if now < m.hard {
+			// The tier failed the write as it would have failed a read:
+			// the copy answers as last-known-good does then.
+			n.ctr.inc(evLocalServed)
+			res, rerr := n.servedFor(m, SourceMemory, ReasonTierDown, now)
+			j.out, j.done = outcome{res, rerr}, true
+		}
+	case written:
+		n.ctr.inc(evRefilled)
+		d := *m
+		d.current = sent // the tier holds this load now, as a read sent then would have found
+		n.putLocal(j.key, &d, now)
+		res, rerr := n.servedFor(&d, SourceMemory, 0, now)
+		j.out, j.done = outcome{res, rerr}, true
+	case held != nil:
+		// Another process loaded the key or wrote it back first. Its
+		// value was counted when the lookup read it, if it was there
+		// then (corrupt bytes, say): it is not counted again.
+		hm, err := decodeMeta(held)
+		if err != nil || n.recent.supersedes(j.key, hm.origin, now, n.supersedeWindow()) {
+			return
+		}
+		if now < hm.soft || hm.negative && now < hm.hard {
+			hm.current = sent
+			n.putLocal(j.key, &hm, now)
+			res, rerr := n.served(&hm, SourceShared)
+			j.out, j.done = outcome{res, rerr}, true
+		} else if !hm.negative {
+			j.fallback = &hm // past its soft time: loaded, and kept for a failed load
+		}
+	}
+}
+
+// refillable reports whether a copy found current at t has missed no
+// invalidation as far as the stream can tell, but for those one gap may
+// hide: t is in the heard period now, or in the last one before the gap
+// now or the one that has just ended, refillSlack before its last Heard.
+// (An invalidation made in that gap is in the tier's versions, and
+// refuses the write-back, or deletes it when it lands after.)
+func (s *streamState) refillable(t int64) bool {
+	if s.gap.Load() {
+		return t >= s.resumedAt.Load() && t < s.lostHeard.Load()-int64(refillSlack)
+	}
+	if t >= s.resumedAt.Load() {
+		return true
+	}
+	return t >= s.prevFrom.Load() && t < s.prevTo.Load()-int64(refillSlack)
+}
+
+// refillSlack is how long before a heartbeat was heard a copy must have
+// been found current for that heartbeat to vouch for it: a heartbeat
+// certifies the announcements published before the server relayed it,
+// which is a network leg and a scheduling delay before it was heard.
+const refillSlack = 250 * time.Millisecond
