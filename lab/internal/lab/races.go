@@ -59,7 +59,17 @@ func hitDuringLoad(o Options) Plan {
 // committed more than 200 ms before the read began (time enough for any
 // invalidation to land); violations are counted to the end of the run,
 // since a stale SET lasts until the TTL.
-func staleSetRace(o Options) Plan {
+//
+// With restart, Redis is also killed in the middle of the window and
+// restarted empty 1 s later (stale-set-race-restart): the writes of the
+// outage are queued and replayed, and holdfast refills Redis from memory
+// (tier.Refiller) with the keys it holds current, which must not bring an
+// old version back either.
+func staleSetRace(o Options) Plan { return staleSetRaceWith(o, false) }
+
+func staleSetRaceRestart(o Options) Plan { return staleSetRaceWith(o, true) }
+
+func staleSetRaceWith(o Options, restart bool) Plan {
 	const (
 		keys   = 20
 		settle = 200 * time.Millisecond
@@ -89,6 +99,12 @@ func staleSetRace(o Options) Plan {
 			_ = write(ctx, f, k)
 			return nil
 		}})
+	}
+	kill := (w[0] + w[1]) / 2
+	if restart {
+		faults = append(faults,
+			Fault{At: kill, Name: "kill", Do: func(_ context.Context, f *Fixture) error { f.Redis.Kill(); return nil }},
+			Fault{At: kill + (w[1]-w[0])/7, Name: "restart", Do: func(_ context.Context, f *Fixture) error { return f.Redis.Restart() }})
 	}
 	t := Traffic{
 		Schedule: ConstantRate(baseRate, d, key),
@@ -146,8 +162,14 @@ func staleSetRace(o Options) Plan {
 		"naive_redis_client": "rueidis, no client-side cache, no retries",
 		"holdfast_config":    holdfastConfig,
 	}
-	return Plan{Params: p, Duration: d, Window: w, RunMode: t.RunMode,
-		Figure: "violations: reads of a version older than one committed > 200 ms earlier (cache-aside's stale SET lasts until its TTL)"}
+	fig := "violations: reads of a version older than one committed > 200 ms earlier (cache-aside's stale SET lasts until its TTL)"
+	var marks []Mark
+	if restart {
+		p["restart"] = fmt.Sprintf("SIGKILL redis-server at %.3g s, restarted empty at %.3g s", kill.Seconds(), (kill + (w[1]-w[0])/7).Seconds())
+		marks = []Mark{{At: kill, Label: "kill"}, {At: kill + (w[1]-w[0])/7, Label: "restart empty"}}
+		fig += "; Redis killed and restarted empty in the window"
+	}
+	return Plan{Params: p, Duration: d, Window: w, RunMode: t.RunMode, Marks: marks, Figure: fig}
 }
 
 type committed struct {

@@ -46,6 +46,7 @@ func init() {
 	Register(Scenario{Name: "hot-zipf", Summary: "2,000 req/s over 100,000 keys with Zipf (s = 1.1) popularity on a 3+3 Cluster: hot_tier_share, hot_tier_key_share.", Plan: hotZipf})
 	Register(Scenario{Name: "hit-during-load", Summary: "Hits on warm keys while 1 s loads of other keys run (Spring's locking Redis writer takes one lock per cache name).", Plan: hitDuringLoad})
 	Register(Scenario{Name: "stale-set-race", Summary: "Writes (update + invalidate) racing loads: a late SET must not put an old version back (violations).", Plan: staleSetRace})
+	Register(Scenario{Name: "stale-set-race-restart", Summary: "stale-set-race with Redis killed in the middle of the writes and restarted empty about 1 s later: the outage's writes replayed, Redis refilled from memory (violations).", Plan: staleSetRaceRestart})
 	Register(Scenario{Name: "cross-process-stampede", Summary: "4 OS processes × 250 goroutines on one cold key, 3 times (Spring's locking writer loaded once across two JVMs).", Plan: crossProcessStampede})
 	Register(Scenario{Name: "autocomplete", Summary: "Bursts of typing, debounced on the client, over a 15 ms search; Redis frozen for the middle third.", Plan: autocomplete})
 
