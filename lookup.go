@@ -66,7 +66,7 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 		j.f.readOver.Store(true)
 		j.status = statuses[i]
 		j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &metas[i], statuses[i], now, j.refreshOf)
-		j.refill = n.refillCopy(j, now)
+		n.pickRefill(j, now)
 	}
 }
 
@@ -99,7 +99,7 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	}
 	j.f.readOver.Store(true)
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
-	j.refill = n.refillCopy(j, now)
+	n.pickRefill(j, now)
 }
 
 // spareBusyNode answers j from memory instead of the shared tier when the

@@ -42,6 +42,18 @@ import (
 // several processes writing the same key back, one lands and the others
 // are handed its value: one write-back per key.
 
+// pickRefill sets j.refill to the copy in memory that job j, which missed
+// in the shared tier, may write back instead of loading, if it has one.
+// The flight then stays in its read stage: its readers wait for the
+// write-back as for a shared-tier read, and past the slow-read delay take
+// the copy in memory (tier-slow), so that a slow or unreachable primary
+// costs them that delay, not the write's timeout.
+func (n *Namespace) pickRefill(j *job, now int64) {
+	if j.refill = n.refillCopy(j, now); j.refill != nil {
+		j.f.readOver.Store(false)
+	}
+}
+
 // refillCopy returns the copy in memory that job j, which missed in the
 // shared tier, may write back instead of loading, or nil.
 func (n *Namespace) refillCopy(j *job, now int64) *meta {
@@ -91,6 +103,14 @@ func (n *Namespace) refill(js []*job) []*job {
 func (n *Namespace) writeBack(j *job) {
 	m := j.refill
 	j.refill = nil
+	// Until now the flight was in its read stage (pickRefill); a job left
+	// to load moves on to the load stage.
+	defer func() {
+		j.f.readOver.Store(true)
+		if !j.done {
+			n.toLoad(j)
+		}
+	}()
 	if !j.f.beginStore() {
 		// Invalidated since the lookup: the load that follows is
 		// refused its store as any would be.

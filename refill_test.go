@@ -20,8 +20,10 @@ import (
 
 // refillPolicy keeps values well past the few seconds the tests move the
 // clock, and no hot tier, so that every read past the first reaches the
-// shared tier.
-var refillPolicy = holdfast.Policy{TTL: time.Minute, SoftTTL: 30 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}}
+// shared tier. The slow-read delay is off: the readers wait for the
+// write-back's verdict, which is what the tests check (a slow write-back
+// has a test of its own).
+var refillPolicy = holdfast.Policy{TTL: time.Minute, SoftTTL: 30 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowReadGrace: -1}
 
 // refillWorld is one in-memory tier under a fake clock, processes over it
 // (each a Cache that hears the tier's stream, and its namespace) and a
@@ -319,6 +321,39 @@ func TestRefillRaceWithAnInvalidation(t *testing.T) {
 		t.Fatalf("refills %d after %d write-backs sent; want the one refused", n, hooked.calls.Load())
 	}
 	w.holds(t, "k", want, true)
+}
+
+// A write-back the tier is slow to answer costs its readers the slow-read
+// delay, as a slow shared-tier read does: they take the copy in memory
+// (tier-slow) and the write-back goes on.
+func TestRefillSlowWriteBackAnswersFromMemory(t *testing.T) {
+	release := make(chan struct{})
+	var hooked *refillHook
+	w := newRefillWorld(t, 1, func(t *inmem.Tier) tier.Tier {
+		hooked = &refillHook{Tier: t}
+		return hooked
+	})
+	p := refillPolicy
+	p.SlowReadGrace = 20 * time.Millisecond
+	ns := newNS(t, w.ps[0].c, "slow", p)
+	want := string(mustGet(t, ns, "k", w.src.Load).Value)
+	w.heartbeat(t)
+	w.restartEmpty(t, nil)
+	hooked.before = func() { <-release }
+	start := time.Now()
+	res := mustGet(t, ns, "k", w.src.Load)
+	waited := time.Since(start)
+	close(release)
+	if string(res.Value) != want || res.Source != holdfast.SourceMemory || res.Reason != holdfast.ReasonTierSlow {
+		t.Fatalf("%q from %v (%v), want %q from memory, tier slow", res.Value, res.Source, res.Reason, want)
+	}
+	if waited > time.Second {
+		t.Fatalf("waited %v for a stalled write-back", waited)
+	}
+	settle(t, ns, "k")
+	if ns.Stats().Get("refills") != 1 || ns.Stats().Get("loads") != 1 {
+		t.Fatalf("refills %d, loads %d; want the write-back landed and no load", ns.Stats().Get("refills"), ns.Stats().Get("loads"))
+	}
 }
 
 // refillHook runs before once before the first write-back reaches the tier.

@@ -41,6 +41,9 @@ const (
 // load failed, unless another process's invalidation superseded it (a
 // slow source is still answering).
 func (n *Namespace) toLoad(j *job) {
+	if j.refill != nil {
+		return // still reading: the write-back first (refill.go)
+	}
 	var m *meta
 	var src Source
 	if n.p.SlowLoadGrace > 0 {
