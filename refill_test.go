@@ -67,6 +67,17 @@ func (w *refillWorld) get(t *testing.T, p int, key string) holdfast.Result {
 
 func (w *refillWorld) stat(p int, name string) uint64 { return w.ps[p].ns.Stats().Get(name) }
 
+// readFrom reads key in process p and fails the test unless the answer
+// came from src and the process has made refills write-backs and loads
+// loads in all.
+func (w *refillWorld) readFrom(t *testing.T, p int, key string, src holdfast.Source, refills, loads uint64) {
+	t.Helper()
+	res := w.get(t, p, key)
+	if res.Source != src || w.stat(p, "refills") != refills || w.stat(p, "loads") != loads {
+		t.Fatalf("%s from %v (%v), refills %d, loads %d; want from %v, %d and %d", key, res.Source, res.Reason, w.stat(p, "refills"), w.stat(p, "loads"), src, refills, loads)
+	}
+}
+
 // heartbeat stands for the stream's heartbeat coming back a second later:
 // a Heard at the clock's time, which vouches for every copy found current
 // before it.
@@ -192,9 +203,7 @@ func TestRefillBeforeTheStreamIsHeardAgain(t *testing.T) {
 	w.heartbeat(t)
 	w.lose(t)
 	w.shared.Restart()
-	if res := w.get(t, 0, "k"); res.Source != holdfast.SourceMemory || w.stat(0, "refills") != 1 || w.stat(0, "loads") != 1 {
-		t.Fatalf("%v, refills %d, loads %d; want written back from memory, no load", res.Source, w.stat(0, "refills"), w.stat(0, "loads"))
-	}
+	w.readFrom(t, 0, "k", holdfast.SourceMemory, 1, 1) // written back, no second load
 }
 
 // A copy the stream cannot vouch for is loaded, not written back: one
@@ -230,9 +239,7 @@ func TestRefillNotPastSoftTime(t *testing.T) {
 	w.heartbeat(t)
 	w.restartEmpty(t, nil)
 	w.clk.Advance(refillPolicy.SoftTTL)
-	if res := w.get(t, 0, "k"); res.Source != holdfast.SourceLoaded || w.stat(0, "refills") != 0 || w.stat(0, "loads") != 2 {
-		t.Fatalf("past soft: %v, refills %d, loads %d; want loaded, no write-back", res.Source, w.stat(0, "refills"), w.stat(0, "loads"))
-	}
+	w.readFrom(t, 0, "k", holdfast.SourceLoaded, 0, 2)
 }
 
 // An invalidation another process makes right after the restart, which
