@@ -135,9 +135,10 @@ func (t *Tier) confirm(gen uint64) {
 // answers returns Late when the server answers a PING, or has answered a
 // call since since (Clock's unix nanoseconds), and Silent otherwise.
 func (t *Tier) answers(since int64) breaker.Outcome {
-	ping := t.client.B().Ping().Build()
 	wait := max(t.opts.ReadBudget, silentConfirm)
 	for range 2 {
+		// Built for each send: rueidis recycles a command once sent.
+		ping := t.client.B().Ping().Build()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		err := guard(ctx, t, func() error { return t.client.Do(ctx, ping).Error() }, func(err error) error { return err })
 		cancel()
