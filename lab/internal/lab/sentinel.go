@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,19 +18,26 @@ import (
 
 // sentinel-failover: a primary with two replicas under three sentinels
 // (down-after 1 s, failover-timeout 2 s), 200 req/s over 100 keys, and a
-// writer in the reading process that updates one of the keys every 50 ms
-// and invalidates it; the primary is SIGKILLed a quarter in. Figures:
+// writer in the reading process that updates a key of its own every 50 ms,
+// invalidates it and reads it back, while a checker reads the writer's keys
+// every 10 ms; the primary is SIGKILLed a quarter in. Figures:
 //
-//   - the window's p99 and errors (the window is from the kill to the
-//     middle of the run's last quarter);
+//   - the window's p99 and errors over the standard load (the window is
+//     the 3 s from the kill, sentinelWindow), and steady_p99_ms, the p99
+//     of the load's reads before the kill, timed from their start; The writer's
+//     keys are apart from the load's: every read after an invalidation
+//     waits for a load, in either mode and with or without a fault, and
+//     over the load's keys those waits alone would set its p99;
+//   - writer_read_p99_ms: the read-backs' and the checker's reads;
 //   - failover_ms: from the kill until the first +switch-master of any
 //     sentinel, heard on a subscription to each;
 //   - first_write_ms: from the kill until a write of the mode's own
 //     client, one every 10 ms, is acknowledged (after a kill, by the new
 //     primary), and write_after_failover_ms, the difference;
-//   - old_reads: reads begun after an Invalidate of their key had
-//     returned, that returned a version older than the one that
-//     Invalidate was for: read-your-invalidations in the writer's process.
+//   - old_reads: reads of the writer's keys begun after an Invalidate of
+//     their key had returned, that returned a version older than the one
+//     that Invalidate was for: read-your-invalidations in the writer's
+//     process.
 //
 // Naive is cache-aside over go-redis v9's FailoverClient, the Sentinel
 // client most Go services use, with the naive mode's 100 ms timeouts and
@@ -38,7 +46,7 @@ import (
 func init() {
 	Register(Scenario{
 		Name:    "sentinel-failover",
-		Summary: "A Sentinel group's primary (1 primary, 2 replicas, 3 sentinels) SIGKILLed under 200 req/s over 100 keys, with a writer updating and invalidating a key every 50 ms in the same process: window p99 and errors, failover_ms, first_write_ms, old_reads.",
+		Summary: "A Sentinel group's primary (1 primary, 2 replicas, 3 sentinels) SIGKILLed under 200 req/s over 100 keys, with a writer in the same process updating, invalidating and reading back keys of its own every 50 ms: window p99 and errors, failover_ms, first_write_ms, old_reads.",
 		// Separate: a failover takes its seconds at any scale, and the
 		// default test run has no room for them.
 		Separate: true,
@@ -46,24 +54,37 @@ func init() {
 	})
 }
 
-// sentinelWriteEvery and sentinelProbeEvery pace the writer's updates and
-// the probe writes.
+// sentinelWriteEvery, sentinelCheckEvery and sentinelProbeEvery pace the
+// writer's updates, the checker's reads and the probe writes; the writer
+// goes round robin over sentinelWriterKeys keys of its own.
 const (
 	sentinelWriteEvery = 50 * time.Millisecond
+	sentinelCheckEvery = 10 * time.Millisecond
 	sentinelProbeEvery = 10 * time.Millisecond
+	sentinelWriterKeys = 20
 )
+
+// sentinelWindow is the failover's window from the kill: the sentinels'
+// down-after (1 s) and failover timeout (2 s). A longer window adds steady
+// reads, whose p99 (steady_p99_ms, the reads before the kill) is set by
+// the loads of keys nobody read between their soft and hard time, about
+// 1.3% of reads at this load, with or without a failover.
+const sentinelWindow = 3 * time.Second
+
+// sentinelWriterKey is the writer's i-th key, apart from the load's.
+func sentinelWriterKey(i int) string { return fmt.Sprintf("writer:%d", i%sentinelWriterKeys) }
 
 func sentinelFailover(o Options) Plan {
 	d := o.length(baseDuration)
 	t := baseTraffic(d)
 	t.Sentinel = true
 	kill := (d / 4).Round(time.Millisecond)
-	t.Window = [2]time.Duration{kill, (7 * d / 8).Round(time.Millisecond)}
+	t.Window = [2]time.Duration{kill, min(kill+sentinelWindow, d)}
 	p := baseParams(d, t.Window)
 	p["redis_server"] = "1 primary + 2 replicas under 3 sentinels (down-after-milliseconds 1000, failover-timeout 2000), fresh per mode"
 	p["naive_redis_client"] = "go-redis v9 FailoverClient, 100 ms dial/read/write timeouts, no retries"
 	p["fault"] = "SIGKILL the primary at fault_start_s"
-	p["writer"] = fmt.Sprintf("in the reading process: every %v, update a key (round robin over the keys) and invalidate it", sentinelWriteEvery)
+	p["writer"] = fmt.Sprintf("in the reading process: every %v, update one of %d keys of its own (round robin, apart from the load's), invalidate it and read it back; a checker reads one of them every %v", sentinelWriteEvery, sentinelWriterKeys, sentinelCheckEvery)
 	p["probe_write_every_ms"] = ms(sentinelProbeEvery)
 
 	var run *sentinelRun
@@ -71,15 +92,11 @@ func sentinelFailover(o Options) Plan {
 		run, err = startSentinelRun(f)
 		return err
 	}
+	t.Before = func(*Fixture, Request) any { return time.Now() }
+	t.Observe = func(_ *Fixture, _ Request, before any, _ []byte, _ error) { run.steady(before.(time.Time)) }
 	t.Faults = []Fault{{At: kill, Name: "kill primary", Do: func(ctx context.Context, f *Fixture) error {
 		return run.killPrimary(ctx, f)
 	}}}
-	t.Before = func(f *Fixture, req Request) any { return run.invalidated(req.Key) }
-	t.Observe = func(f *Fixture, req Request, before any, v []byte, err error) {
-		if inv := before.(int64); err == nil && inv > 0 && ValueVersion(v) < inv {
-			run.oldReads.Add(1)
-		}
-	}
 	t.Extra = func(f *Fixture, r *ModeResult) { run.stop(r) }
 	return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode,
 		Marks:  []Mark{{At: kill, Label: "primary killed"}},
@@ -101,6 +118,19 @@ type sentinelRun struct {
 	invalidates atomic.Int64
 	invErrors   atomic.Int64
 	oldReads    atomic.Int64
+	readErrors  atomic.Int64
+	reads       []time.Duration // the writer's keys' reads, under mu
+	steadyReads []time.Duration // the load's reads begun before the kill, under mu
+}
+
+// steady records a read of the load that began at start, before the kill.
+func (r *sentinelRun) steady(start time.Time) {
+	took := time.Since(start)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.killedAt.IsZero() {
+		r.steadyReads = append(r.steadyReads, took)
+	}
 }
 
 // startSentinelRun starts the writer and the probe writes; they stop at
@@ -118,8 +148,9 @@ func startSentinelRun(f *Fixture) (*sentinelRun, error) {
 		r.wg.Add(1)
 		go r.hear(c)
 	}
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go r.writer()
+	go r.checker()
 	go r.probe()
 	return r, nil
 }
@@ -139,8 +170,8 @@ func (r *sentinelRun) hear(c rueidis.Client) {
 	})
 }
 
-// writer updates a key in the source and invalidates it, round robin over
-// the keys read.
+// writer updates a key of its own in the source, invalidates it and reads
+// it back, round robin over its keys.
 func (r *sentinelRun) writer() {
 	defer r.wg.Done()
 	tick := time.NewTicker(sentinelWriteEvery)
@@ -151,7 +182,7 @@ func (r *sentinelRun) writer() {
 			return
 		case <-tick.C:
 		}
-		key := fmt.Sprintf("product:%d", i%baseKeys)
+		key := sentinelWriterKey(i)
 		ver := r.f.Source.Update(key)
 		ctx, cancel := context.WithTimeout(r.ctx, time.Second)
 		err := r.f.Reader.Invalidate(ctx, key)
@@ -164,7 +195,46 @@ func (r *sentinelRun) writer() {
 		r.mu.Lock()
 		r.inv[key] = ver
 		r.mu.Unlock()
+		r.read(key)
 	}
+}
+
+// checker reads one of the writer's keys every sentinelCheckEvery.
+func (r *sentinelRun) checker() {
+	defer r.wg.Done()
+	tick := time.NewTicker(sentinelCheckEvery)
+	defer tick.Stop()
+	for i := 0; ; i += 7 { // 7 and 20 are coprime: every key in turn
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.read(sentinelWriterKey(i))
+	}
+}
+
+// read reads key through the mode's reader, counting it old when it
+// returns a version older than the one an Invalidate that returned before
+// the read began was for.
+func (r *sentinelRun) read(key string) {
+	want := r.invalidated(key)
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	start := time.Now()
+	v, _, err := r.f.Reader.Get(ctx, key)
+	took := time.Since(start)
+	cancel()
+	switch {
+	case r.ctx.Err() != nil:
+		return
+	case err != nil:
+		r.readErrors.Add(1)
+	case ValueVersion(v) < want:
+		r.oldReads.Add(1)
+	}
+	r.mu.Lock()
+	r.reads = append(r.reads, took)
+	r.mu.Unlock()
 }
 
 // invalidated returns the version key's last returned Invalidate was for,
@@ -215,6 +285,15 @@ func probeWrite(ctx context.Context, rd Reader) error {
 	return fmt.Errorf("no probe write for %T", rd)
 }
 
+// p99 returns the 99th percentile of ds in milliseconds, sorting ds.
+func p99(ds []time.Duration) (float64, bool) {
+	if len(ds) == 0 {
+		return 0, false
+	}
+	slices.Sort(ds)
+	return ms(ds[(len(ds)*99-1)/100]), true
+}
+
 // killPrimary kills the group's primary.
 func (r *sentinelRun) killPrimary(ctx context.Context, f *Fixture) error {
 	old, err := f.Sentinel.Primary(ctx)
@@ -237,6 +316,14 @@ func (r *sentinelRun) stop(res *ModeResult) {
 	res.Extra["invalidations"] = float64(r.invalidates.Load())
 	res.Extra["invalidation_errors"] = float64(r.invErrors.Load())
 	res.Extra["old_reads"] = float64(r.oldReads.Load())
+	res.Extra["writer_reads"] = float64(len(r.reads))
+	res.Extra["writer_read_errors"] = float64(r.readErrors.Load())
+	if p, ok := p99(r.reads); ok {
+		res.Extra["writer_read_p99_ms"] = p
+	}
+	if p, ok := p99(r.steadyReads); ok {
+		res.Extra["steady_p99_ms"] = p
+	}
 	if r.killedAt.IsZero() || r.failoverAt.IsZero() {
 		return
 	}
