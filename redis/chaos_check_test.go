@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
 // The chaos test's checks, run over every read once the run is over (the
@@ -18,7 +19,7 @@ const (
 	// chaosClockSlack: a read that joins a flight gets the answer the flight
 	// decided on when it looked at the clock, up to one ReadBudget (50 ms)
 	// earlier; and expiry decisions read a clock refreshed every
-	// millisecond. A scheduling stall of the process (chaosStalls) is
+	// millisecond. A scheduling stall of the process (redistest.Stalls) is
 	// added: the coarse clock stands still through it.
 	chaosClockSlack = 50 * time.Millisecond
 	// chaosReplicaSlack: another process may read a replica, which applies
@@ -87,7 +88,7 @@ type chaosChecker struct {
 	sched  *chaosScheduler
 	faults []chaosFault
 	reads  []chaosRead
-	stalls *chaosStalls
+	stalls *redistest.Stalls
 	hot    *chaosSamples
 	probes *chaosProbes
 	net    map[*chaosRead]time.Duration // netLatency's memo
@@ -102,7 +103,7 @@ type chaosChecker struct {
 	viol      []chaosViolation
 }
 
-func newChaosChecker(b chaosBounds, db *chaosDB, sched *chaosScheduler, reads []chaosRead, stalls *chaosStalls, hot *chaosSamples) *chaosChecker {
+func newChaosChecker(b chaosBounds, db *chaosDB, sched *chaosScheduler, reads []chaosRead, stalls *redistest.Stalls, hot *chaosSamples) *chaosChecker {
 	c := &chaosChecker{b: b, db: db, sched: sched, faults: sched.snapshot(), reads: reads, stalls: stalls, hot: hot}
 	c.effLanded = make([][]int64, len(db.keys))
 	for k := range db.keys {
@@ -144,7 +145,7 @@ func (c *chaosChecker) inDBFaultFor(r *chaosRead, after time.Duration) bool {
 		if !isDBFault(f.kind) || r.begin > f.healed+int64(after) || r.end < f.start {
 			continue
 		}
-		if r.begin >= f.start || time.Duration(f.start-r.begin)-c.stalls.within(r.begin, f.start) <= c.b.latencyLimit {
+		if r.begin >= f.start || time.Duration(f.start-r.begin)-c.stalls.Within(r.begin, f.start) <= c.b.latencyLimit {
 			return true
 		}
 	}
@@ -215,7 +216,7 @@ func (c *chaosChecker) late(kind string, r *chaosRead, limit int64, what string)
 	if lateness <= chaosClockSlack {
 		return
 	}
-	stall := c.stalls.maxGap(limit-int64(time.Millisecond), r.end)
+	stall := c.stalls.MaxGap(limit-int64(time.Millisecond), r.end)
 	if lateness <= chaosClockSlack+stall {
 		c.excused++
 		c.excusedMax = max(c.excusedMax, stall)

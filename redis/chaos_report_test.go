@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
 // The chaos test's table and its goroutine accounting.
@@ -118,7 +120,7 @@ func (rep *chaosReport) rows() []*chaosRow {
 }
 
 // netLatency is a read's latency less the time the whole process was not
-// scheduled meanwhile (chaosStalls): on 2 shared cores, with the race
+// scheduled meanwhile (redistest.Stalls): on 2 shared cores, with the race
 // detector, seven redis-servers and redis-cli moving slots, the Go
 // scheduler can leave every goroutine waiting for a few hundred
 // milliseconds, which no code in the read path can help.
@@ -128,7 +130,7 @@ func (c *chaosChecker) netLatency(r *chaosRead) time.Duration {
 	}
 	d, ok := c.net[r]
 	if !ok {
-		d = time.Duration(r.end-r.begin) - c.stalls.within(r.begin, r.end)
+		d = time.Duration(r.end-r.begin) - c.stalls.Within(r.begin, r.end)
 		c.net[r] = d
 	}
 	return d
@@ -265,11 +267,8 @@ func (rep *chaosReport) table() string {
 		fmt.Fprintf(&b, "| breaker opened in process %d by %s | faults active: %s |\n", o[0], chk.rel(o[1]),
 			strings.ReplaceAll(describeFaults(chk.sched, activeFaults(chk.faults, o[1]-int64(300*time.Millisecond), o[1])), "|", "/"))
 	}
-	var longest int64
-	for _, g := range chk.stalls.gaps {
-		longest = max(longest, g[1]-g[0])
-	}
-	fmt.Fprintf(&b, "| process stalls over %v / longest | %d / %s ms |\n", chaosStallMin, len(chk.stalls.gaps), chaosMs(time.Duration(longest)))
+	nStalls, longest := chk.stalls.Gaps()
+	fmt.Fprintf(&b, "| process stalls over %v / longest | %d / %s ms |\n", redistest.StallMin, nStalls, chaosMs(longest))
 	fmt.Fprintf(&b, "| node ejections (all processes) | %d |\n", rep.samples.totalEjections())
 	fmt.Fprintf(&b, "| loader calls / failed | %d / %d |\n", dbLoads, dbFails)
 	fmt.Fprintf(&b, "| invalidations / queued for replay / errors; max Invalidate latency | %d / %d / %d; %s ms |\n",

@@ -213,7 +213,7 @@ func TestChaos(t *testing.T) {
 		writes = chaosWrite(procs[chaosWriter].ns, db, rand.New(rand.NewPCG(seed, 2)), stop, hardEnd)
 	}()
 	samples := newChaosSamples(procs)
-	stalls := &chaosStalls{}
+	stalls := &redistest.Stalls{}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -221,7 +221,7 @@ func TestChaos(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
-		stalls.run(stop, hardEnd)
+		stalls.Run(stop, hardEnd)
 	}()
 
 	// Warm-up: every process loads its keys and finds the hot ones.
@@ -565,72 +565,6 @@ func (s *chaosSamples) sample() {
 		}
 	}
 	s.hot = append(s.hot, hs)
-}
-
-// chaosStalls records when this process's goroutines went unscheduled: a
-// goroutine ticking every millisecond, as holdfast's coarse clock does,
-// notes every gap between ticks longer than chaosStallMin. holdfast's
-// expiry decisions read that coarse clock, so after a stall of the process
-// they can be late by the stall.
-type chaosStalls struct {
-	mu   sync.Mutex
-	gaps [][2]int64 // [last tick before, first tick after], Unix ns
-}
-
-const chaosStallMin = 5 * time.Millisecond
-
-func (s *chaosStalls) run(stop <-chan struct{}, hardEnd time.Time) {
-	tk := time.NewTicker(time.Millisecond)
-	defer tk.Stop()
-	last := time.Now().UnixNano()
-	for n := 0; n < 100_000_000; n++ {
-		select {
-		case <-stop:
-			return
-		case <-tk.C:
-		}
-		now := time.Now().UnixNano()
-		if now-last > int64(chaosStallMin) {
-			s.mu.Lock()
-			if len(s.gaps) < 1_000_000 {
-				s.gaps = append(s.gaps, [2]int64{last, now})
-			}
-			s.mu.Unlock()
-		}
-		last = now
-		if n%1024 == 0 && time.Now().After(hardEnd) {
-			return
-		}
-	}
-}
-
-// overlapping calls fn for each stall that overlaps [from, to]. The gaps
-// are in time order, each ending before the next begins.
-func (s *chaosStalls) overlapping(from, to int64, fn func(g [2]int64)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i := sort.Search(len(s.gaps), func(i int) bool { return s.gaps[i][1] >= from })
-	for ; i < len(s.gaps) && s.gaps[i][0] <= to; i++ {
-		fn(s.gaps[i])
-	}
-}
-
-// within returns how much of [from, to] the process spent in stalls.
-func (s *chaosStalls) within(from, to int64) time.Duration {
-	var sum int64
-	s.overlapping(from, to, func(g [2]int64) {
-		if lo, hi := max(g[0], from), min(g[1], to); hi > lo {
-			sum += hi - lo
-		}
-	})
-	return time.Duration(sum)
-}
-
-// maxGap returns the longest stall that overlaps [from, to].
-func (s *chaosStalls) maxGap(from, to int64) time.Duration {
-	var m int64
-	s.overlapping(from, to, func(g [2]int64) { m = max(m, g[1]-g[0]) })
-	return time.Duration(m)
 }
 
 func (s *chaosSamples) totalEjections() uint64 {
