@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
 )
 
 // redis-restart-refill: a profile service's read path, 200 req/s over
@@ -32,15 +35,25 @@ const (
 
 func init() {
 	// Run by name: 73 s a mode would add five minutes to -scenario all.
-	Register(Scenario{Name: "redis-restart-refill", Separate: true, Summary: "200 req/s over 1,000 Zipf keys (TTL 5 min); Redis killed at 40 s and restarted empty 3 s later: database loads in the 30 s after the restart against the 30 s before the kill.", Plan: func(o Options) Plan { return redisRestartRefill(o, false) }})
-	Register(Scenario{Name: "redis-restart-refill-cluster", Separate: true, Summary: "redis-restart-refill on a 3+3 Cluster: one primary killed at 40 s and restarted empty at once, before any failover (its replica then resyncs empty from it): database loads in the 30 s after.", Plan: func(o Options) Plan { return redisRestartRefill(o, true) }})
+	Register(Scenario{Name: "redis-restart-refill", Separate: true, Summary: "200 req/s over 1,000 Zipf keys (TTL 5 min); Redis killed at 40 s and restarted empty 3 s later: database loads in the 30 s after the restart against the 30 s before the kill.", Plan: func(o Options) Plan { return redisRestartRefill(o, refillStandalone) }})
+	Register(Scenario{Name: "redis-restart-refill-cluster", Separate: true, Summary: "redis-restart-refill on a 3+3 Cluster: one primary killed at 40 s and restarted empty at once, before any failover (its replica then resyncs empty from it): database loads in the 30 s after.", Plan: func(o Options) Plan { return redisRestartRefill(o, refillPrimaryRestarted) }})
+	Register(Scenario{Name: "redis-restart-refill-failover", Separate: true, Summary: "redis-restart-refill on a 3+3 Cluster: at 40 s one primary's replica is killed and restarted empty, the primary killed, and the empty replica takes over its slots (CLUSTER FAILOVER TAKEOVER): database loads in the 30 s after.", Plan: func(o Options) Plan { return redisRestartRefill(o, refillEmptyReplicaPromoted) }})
 }
 
-// redisRestartRefill builds the scenario, standalone or, with cluster, on
-// a 3+3 Cluster whose first primary is restarted empty within the node
-// timeout, so that it stays the primary of its slots with none of their
-// keys.
-func redisRestartRefill(o Options, cluster bool) Plan {
+// The shapes redisRestartRefill runs on.
+const (
+	refillStandalone           = iota // one server, killed and restarted empty
+	refillPrimaryRestarted            // a Cluster primary restarted empty within the node timeout
+	refillEmptyReplicaPromoted        // a Cluster primary replaced by its replica, restarted empty
+)
+
+// redisRestartRefill builds the scenario: standalone; on a 3+3 Cluster
+// whose first primary is restarted empty within the node timeout, so that
+// it stays the primary of its slots with none of their keys; or on one
+// where a primary's replica, restarted empty while the primary is down,
+// takes the primary's slots over with none of their keys.
+func redisRestartRefill(o Options, shape int) Plan {
+	cluster := shape != refillStandalone
 	def := refillKillAt + refillOutage + refillAfter
 	d := o.length(def)
 	scale := float64(d) / float64(def)
@@ -74,6 +87,9 @@ func redisRestartRefill(o Options, cluster bool) Plan {
 			}
 			return errors.New("no primary in the cluster")
 		}}}
+		if shape == refillEmptyReplicaPromoted {
+			t.Faults = []Fault{{At: kill, Name: "promote an empty replica", Do: promoteEmptyReplica}}
+		}
 	}
 	t.Extra = func(f *Fixture, r *ModeResult) {
 		per := f.Source.CallsPerSecond()
@@ -101,9 +117,57 @@ func redisRestartRefill(o Options, cluster bool) Plan {
 		p["redis_server"] = "cluster of 3 primaries + 3 replicas, fresh per mode"
 		p["fault"] = "SIGKILL one primary at fault_start_s and restart it at once, empty, on the same port and node id (no failover: within the 2 s node timeout)"
 	}
+	if shape == refillEmptyReplicaPromoted {
+		p["fault"] = "at fault_start_s SIGKILL one primary's replica and restart it empty (same port and node id), SIGKILL the primary, and CLUSTER FAILOVER TAKEOVER on the empty replica, which then holds the slots with none of their keys; the old primary stays down"
+	}
 	p["after_window_s"] = at(refillAfter).Seconds()
 	p["steady_window_s"] = [2]float64{steady0.Seconds(), kill.Seconds()}
 	return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode,
 		Marks:  []Mark{{At: kill, Label: "kill"}, {At: restart, Label: "restart empty"}},
 		Figure: "loads_after_restart: database loads in the 30 s after Redis restarted empty (holdfast ≤ 0.25× naive's), beside loads_steady, the 30 s before the kill"}
+}
+
+// promoteEmptyReplica makes a Cluster primary's replica its successor with
+// none of the slots' keys: the replica is killed and restarted empty, then
+// the primary killed before the replica can resync from it, and the replica
+// forced to take the slots over.
+func promoteEmptyReplica(ctx context.Context, f *Fixture) error {
+	var primary, replica *redistest.Process
+	for _, n := range f.Cluster.Nodes {
+		if role, err := Role(n.Addr()); err != nil || role != "primary" {
+			continue
+		}
+		for _, r := range f.Cluster.Nodes {
+			info, err := r.Info(ctx, "replication")
+			if err == nil && info["role"] == "slave" && info["master_port"] == strconv.Itoa(n.Port()) {
+				primary, replica = n, r
+				break
+			}
+		}
+		if primary != nil {
+			break
+		}
+	}
+	if primary == nil {
+		return errors.New("no primary with a replica in the cluster")
+	}
+	replica.Kill()
+	primary.Kill()
+	if err := replica.Restart(); err != nil {
+		return err
+	}
+	out, err := replica.CLI(ctx, "CLUSTER", "FAILOVER", "TAKEOVER")
+	if err != nil || out != "OK" {
+		return fmt.Errorf("CLUSTER FAILOVER TAKEOVER on %s: %q, %v", replica.Addr(), out, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if role, err := Role(replica.Addr()); err == nil && role == "primary" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not become a primary within 10 s", replica.Addr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

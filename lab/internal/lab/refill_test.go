@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// redis-restart-refill and its Cluster variant run by name only (Separate),
-// so TestSmokeAllScenarios skips them: both, scaled down to 1.5 s a mode,
-// run end to end against real redis-servers and report their figures.
+// redis-restart-refill and its Cluster variants run by name only (Separate),
+// so TestSmokeAllScenarios skips them: each, scaled down to 1.5 s a mode,
+// runs end to end against real redis-servers and reports its figures.
 func TestSmokeRedisRestartRefill(t *testing.T) {
-	for _, name := range []string{"redis-restart-refill", "redis-restart-refill-cluster"} {
+	for _, name := range []string{"redis-restart-refill", "redis-restart-refill-cluster", "redis-restart-refill-failover"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s, ok := Lookup(name)
