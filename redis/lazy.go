@@ -144,6 +144,14 @@ func (l *Lazy) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (
 	return false, errNotConnected
 }
 
+// Refill implements tier.Refiller.
+func (l *Lazy) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+	if t := l.tier.Load(); t != nil {
+		return t.Refill(ctx, it)
+	}
+	return false, nil, errNotConnected
+}
+
 // Invalidate implements tier.Coordinator.
 func (l *Lazy) Invalidate(ctx context.Context, keys ...string) error {
 	if t := l.tier.Load(); t != nil {

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -76,5 +77,31 @@ func TestLazyStartsWithRedisDown(t *testing.T) {
 			t.Fatalf("after connecting, %d loads were not written to Redis: %v %v; %+v", i+1, found, err, ns.Stats())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLazyHasTheTiersCapabilities: the Cache probes a shared tier's
+// optional interfaces once, at holdfast.New, so a Lazy that lacks one the
+// Tier has loses that capability for the life of the Cache, with no error.
+func TestLazyHasTheTiersCapabilities(t *testing.T) {
+	capabilities := []reflect.Type{
+		reflect.TypeFor[tier.Tier](),
+		reflect.TypeFor[tier.Coordinator](),
+		reflect.TypeFor[tier.Refiller](),
+		reflect.TypeFor[tier.Smearer](),
+		reflect.TypeFor[tier.Leveler](),
+		reflect.TypeFor[tier.HotSharer](),
+		reflect.TypeFor[tier.InvalidationStream](),
+		reflect.TypeFor[tier.HealthReporter](),
+	}
+	tierT, lazyT := reflect.TypeFor[*Tier](), reflect.TypeFor[*Lazy]()
+	for _, c := range capabilities {
+		if !tierT.Implements(c) {
+			t.Errorf("*Tier does not implement %v: the list above is out of date", c)
+			continue
+		}
+		if !lazyT.Implements(c) {
+			t.Errorf("*Lazy does not implement %v, which *Tier does", c)
+		}
 	}
 }
