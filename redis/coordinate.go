@@ -109,7 +109,8 @@ func (t *Tier) countSetFailure(err error) {
 }
 
 // Version implements tier.Coordinator.
-func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
+func (d *tierDriver) Version(ctx context.Context, key string) (uint64, error) {
+	t := (*Tier)(d)
 	full, err := t.fullKey(key)
 	if err != nil {
 		return 0, fmt.Errorf("redis tier version %q: %w", key, err)
@@ -134,7 +135,8 @@ func (t *Tier) Version(ctx context.Context, key string) (uint64, error) {
 }
 
 // SetIfVersion implements tier.Coordinator.
-func (t *Tier) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+func (d *tierDriver) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+	t := (*Tier)(d)
 	c := &t.stats
 	c.sets.add(1)
 	full, err := t.checkItem(it)
@@ -160,7 +162,8 @@ var _ tier.Refiller = (*Tier)(nil)
 
 // Refill implements tier.Refiller with one script on the key's primary,
 // which checks the key's version and value and writes, atomically.
-func (t *Tier) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+func (d *tierDriver) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+	t := (*Tier)(d)
 	c := &t.stats
 	c.sets.add(1)
 	full, err := t.checkItem(it)
@@ -200,7 +203,8 @@ func (t *Tier) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
 }
 
 // Invalidate implements tier.Coordinator: one script per key, pipelined.
-func (t *Tier) Invalidate(ctx context.Context, keys ...string) error {
+func (d *tierDriver) Invalidate(ctx context.Context, keys ...string) error {
+	t := (*Tier)(d)
 	if len(keys) == 0 {
 		return nil
 	}
@@ -279,7 +283,8 @@ func (t *Tier) invalidated(r rueidis.RedisResult) (registry, error) {
 }
 
 // Lease implements tier.Coordinator with SET NX PXAT.
-func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+func (d *tierDriver) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	t := (*Tier)(d)
 	full, err := t.fullKey(key)
 	var lk string
 	if err == nil {
@@ -311,7 +316,8 @@ func (t *Tier) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 }
 
 // Release implements tier.Coordinator.
-func (t *Tier) Release(ctx context.Context, key, token string) error {
+func (d *tierDriver) Release(ctx context.Context, key, token string) error {
+	t := (*Tier)(d)
 	full, err := t.fullKey(key)
 	var lk string
 	if err == nil {

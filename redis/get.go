@@ -15,7 +15,8 @@ import (
 
 // Get reads one key. A nil reply is a miss (found false, err nil). The
 // returned slice is a fresh copy the caller owns.
-func (t *Tier) Get(ctx context.Context, key string) ([]byte, bool, error) {
+func (d *tierDriver) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	t := (*Tier)(d)
 	c := &t.stats
 	c.gets.add(1)
 	full, err := t.fullKey(key)
@@ -141,7 +142,8 @@ func (t *Tier) groupBySlot(keys []string) []group {
 // GetMany reads keys with one MGET per hash slot, pipelined. A key whose
 // group failed has its own Lookup.Err; the returned error is non-nil only
 // when no group got an answer (then every Lookup.Err is set as well).
-func (t *Tier) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
+func (d *tierDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
+	t := (*Tier)(d)
 	out := make([]tier.Lookup, len(keys))
 	if len(keys) == 0 {
 		return out, nil

@@ -46,7 +46,8 @@ func breakerName(s breaker.State) string {
 
 // Health implements tier.HealthReporter: down while the breaker is not
 // closed, for the reason of the last failed call.
-func (t *Tier) Health() tier.Health {
+func (d *tierDriver) Health() tier.Health {
+	t := (*Tier)(d)
 	bc := t.br.Counts()
 	h := tier.Health{
 		Connected: true,
@@ -81,7 +82,8 @@ func (t *Tier) Health() tier.Health {
 // Health implements tier.HealthReporter: the Tier's once connected; before,
 // down for the reason of the last failed attempt (none during the first),
 // with the breaker reported open, as every call is skipped.
-func (l *Lazy) Health() tier.Health {
+func (d *lazyDriver) Health() tier.Health {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Health()
 	}
@@ -94,10 +96,14 @@ func (l *Lazy) Health() tier.Health {
 
 // Levels implements tier.Leveler: only a Cluster with per-node health and
 // leveling on sheds reads.
-func (t *Tier) Levels() bool { return t.nodes != nil && t.nodes.o.LevelAbove >= 0 }
+func (d *tierDriver) Levels() bool {
+	t := (*Tier)(d)
+	return t.nodes != nil && t.nodes.o.LevelAbove >= 0
+}
 
 // Levels implements tier.Leveler: false until connected.
-func (l *Lazy) Levels() bool {
+func (d *lazyDriver) Levels() bool {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Levels()
 	}

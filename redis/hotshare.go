@@ -36,7 +36,8 @@ if n > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)`)
 
 // ShareHot implements tier.HotSharer.
-func (t *Tier) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
+func (d *tierDriver) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
+	t := (*Tier)(d)
 	name, err := t.fullKey(":hot:" + set)
 	if err != nil {
 		return nil, fmt.Errorf("redis tier share hot keys of %q: %w", set, err)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-dev/holdfast/internal/tierdriver"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -18,20 +19,19 @@ import (
 // invalidations for replay, as it does while a breaker is open. Once
 // connected, Lazy is the Tier.
 type Lazy struct {
-	opts Options
-	tier atomic.Pointer[Tier]
+	driver // the Lazy itself as lazyDriver: the methods the Cache calls
+	opts   Options
+	tier   atomic.Pointer[Tier]
 	// reason is reasonOf the last failed attempt to connect (see Health).
 	reason atomic.Value
 	stop   chan struct{}
 	done   chan struct{}
 }
 
-var (
-	_ tier.Smearer            = (*Lazy)(nil)
-	_ tier.HotSharer          = (*Lazy)(nil)
-	_ tier.InvalidationStream = (*Lazy)(nil)
-	_ tier.Leveler            = (*Lazy)(nil)
-)
+// lazyDriver is Lazy with the methods the Cache calls.
+type lazyDriver Lazy
+
+var _ tierdriver.Driver = (*lazyDriver)(nil)
 
 // NewLazy validates opts and starts connecting in the background, retrying
 // with jittered exponential backoff from 250 ms to 10 s until it succeeds
@@ -42,6 +42,7 @@ func NewLazy(opts Options) (*Lazy, error) {
 	}
 	o, _, _ := opts.withDefaults()
 	l := &Lazy{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	l.driver = (*lazyDriver)(l)
 	go l.connect(&failureLog{log: o.Logger, now: o.Clock.Now})
 	return l, nil
 }
@@ -97,7 +98,8 @@ func (l *Lazy) WaitConnected(ctx context.Context) error {
 var errNotConnected = fmt.Errorf("redis tier not connected yet: %w", tier.ErrBypassed)
 
 // Get implements tier.Tier.
-func (l *Lazy) Get(ctx context.Context, key string) ([]byte, bool, error) {
+func (d *lazyDriver) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Get(ctx, key)
 	}
@@ -105,7 +107,8 @@ func (l *Lazy) Get(ctx context.Context, key string) ([]byte, bool, error) {
 }
 
 // GetMany implements tier.Tier.
-func (l *Lazy) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
+func (d *lazyDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.GetMany(ctx, keys)
 	}
@@ -113,7 +116,8 @@ func (l *Lazy) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error
 }
 
 // Set implements tier.Tier.
-func (l *Lazy) Set(ctx context.Context, items ...tier.Item) error {
+func (d *lazyDriver) Set(ctx context.Context, items ...tier.Item) error {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Set(ctx, items...)
 	}
@@ -121,7 +125,8 @@ func (l *Lazy) Set(ctx context.Context, items ...tier.Item) error {
 }
 
 // Delete implements tier.Tier.
-func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
+func (d *lazyDriver) Delete(ctx context.Context, keys ...string) error {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Delete(ctx, keys...)
 	}
@@ -129,7 +134,8 @@ func (l *Lazy) Delete(ctx context.Context, keys ...string) error {
 }
 
 // Version implements tier.Coordinator.
-func (l *Lazy) Version(ctx context.Context, key string) (uint64, error) {
+func (d *lazyDriver) Version(ctx context.Context, key string) (uint64, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Version(ctx, key)
 	}
@@ -137,7 +143,8 @@ func (l *Lazy) Version(ctx context.Context, key string) (uint64, error) {
 }
 
 // SetIfVersion implements tier.Coordinator.
-func (l *Lazy) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+func (d *lazyDriver) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.SetIfVersion(ctx, it, version)
 	}
@@ -145,7 +152,8 @@ func (l *Lazy) SetIfVersion(ctx context.Context, it tier.Item, version uint64) (
 }
 
 // Refill implements tier.Refiller.
-func (l *Lazy) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+func (d *lazyDriver) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Refill(ctx, it)
 	}
@@ -153,7 +161,8 @@ func (l *Lazy) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
 }
 
 // Invalidate implements tier.Coordinator.
-func (l *Lazy) Invalidate(ctx context.Context, keys ...string) error {
+func (d *lazyDriver) Invalidate(ctx context.Context, keys ...string) error {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Invalidate(ctx, keys...)
 	}
@@ -161,7 +170,8 @@ func (l *Lazy) Invalidate(ctx context.Context, keys ...string) error {
 }
 
 // Lease implements tier.Coordinator.
-func (l *Lazy) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+func (d *lazyDriver) Lease(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Lease(ctx, key, token, ttl)
 	}
@@ -169,7 +179,8 @@ func (l *Lazy) Lease(ctx context.Context, key, token string, ttl time.Duration) 
 }
 
 // Release implements tier.Coordinator.
-func (l *Lazy) Release(ctx context.Context, key, token string) error {
+func (d *lazyDriver) Release(ctx context.Context, key, token string) error {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Release(ctx, key, token)
 	}
@@ -178,7 +189,8 @@ func (l *Lazy) Release(ctx context.Context, key, token string) error {
 
 // Listen implements tier.InvalidationStream: nothing is heard until
 // connected (the Cache treats that as a gap), then the Tier's stream.
-func (l *Lazy) Listen(ctx context.Context, ls tier.Listener) {
+func (d *lazyDriver) Listen(ctx context.Context, ls tier.Listener) {
+	l := (*Lazy)(d)
 	for {
 		if t := l.tier.Load(); t != nil {
 			t.Listen(ctx, ls)
@@ -216,7 +228,8 @@ func (l *Lazy) Close() error {
 }
 
 // Copies implements tier.Smearer: 1 until connected.
-func (l *Lazy) Copies() int {
+func (d *lazyDriver) Copies() int {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Copies()
 	}
@@ -224,7 +237,8 @@ func (l *Lazy) Copies() int {
 }
 
 // GetSmeared implements tier.Smearer.
-func (l *Lazy) GetSmeared(ctx context.Context, key string) ([]byte, bool, error) {
+func (d *lazyDriver) GetSmeared(ctx context.Context, key string) ([]byte, bool, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.GetSmeared(ctx, key)
 	}
@@ -232,7 +246,8 @@ func (l *Lazy) GetSmeared(ctx context.Context, key string) ([]byte, bool, error)
 }
 
 // SetSmearedIfVersion implements tier.Smearer.
-func (l *Lazy) SetSmearedIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+func (d *lazyDriver) SetSmearedIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.SetSmearedIfVersion(ctx, it, version)
 	}
@@ -240,7 +255,8 @@ func (l *Lazy) SetSmearedIfVersion(ctx context.Context, it tier.Item, version ui
 }
 
 // ShareHot implements tier.HotSharer.
-func (l *Lazy) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
+func (d *lazyDriver) ShareHot(ctx context.Context, set string, keys []string, ttl time.Duration, limit int) ([]string, error) {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.ShareHot(ctx, set, keys, ttl, limit)
 	}
@@ -248,7 +264,8 @@ func (l *Lazy) ShareHot(ctx context.Context, set string, keys []string, ttl time
 }
 
 // Shed implements tier.Leveler: false until connected.
-func (l *Lazy) Shed(key string) bool {
+func (d *lazyDriver) Shed(key string) bool {
+	l := (*Lazy)(d)
 	if t := l.tier.Load(); t != nil {
 		return t.Shed(key)
 	}

@@ -89,7 +89,8 @@ type levelState struct {
 // share of reads now (see level.go). Always false for a standalone server,
 // with per-node health Disabled, or with ClusterOptions.LevelAbove
 // negative.
-func (t *Tier) Shed(key string) bool {
+func (d *tierDriver) Shed(key string) bool {
+	t := (*Tier)(d)
 	s := t.nodes
 	if s == nil || s.o.LevelAbove < 0 {
 		return false

@@ -35,6 +35,7 @@ func fakeShardTier(t *testing.T) (*Tier, *node, *node) {
 	}
 	t.Cleanup(c.Close)
 	tr := &Tier{opts: o, cluster: true, br: br, client: c}
+	tr.driver = (*tierDriver)(tr)
 	s := &nodeSet{t: tr, o: o.Cluster, clock: time.Now, start: time.Now(), written: make([]atomic.Int64, slotCount)}
 	p := &node{addr: "p", set: s, ej: newEjector(o.Cluster)}
 	r := &node{addr: "r", set: s, ej: newEjector(o.Cluster)}

@@ -174,7 +174,8 @@ func (t *Tier) copiesOf(full string, previous bool) []string {
 // Cluster with per-node health, else 1 (a single server has one node to
 // read from, and rueidis's own routing gives no slot map to choose copies
 // from).
-func (t *Tier) Copies() int {
+func (d *tierDriver) Copies() int {
+	t := (*Tier)(d)
 	if t.nodes == nil {
 		return 1
 	}
@@ -190,7 +191,8 @@ const copyKeyOverhead = 1 + 8 + 1 + 4 + 1
 // or deleted) or whose node is ejected is answered by key itself; one that
 // fails or runs out of the read budget is not, so a read never waits for
 // two budgets.
-func (t *Tier) GetSmeared(ctx context.Context, key string) ([]byte, bool, error) {
+func (d *tierDriver) GetSmeared(ctx context.Context, key string) ([]byte, bool, error) {
+	t := (*Tier)(d)
 	full, err := t.fullKey(key)
 	if err != nil {
 		return t.Get(ctx, key)
@@ -300,7 +302,8 @@ func (t *Tier) fill(full, copy, value string, ver uint64) {
 // SetSmearedIfVersion implements tier.Smearer: one script sets the key
 // and registers its copies if the key's version is still version; then, if
 // it did, the copies are written, each guarded by its own version key.
-func (t *Tier) SetSmearedIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+func (d *tierDriver) SetSmearedIfVersion(ctx context.Context, it tier.Item, version uint64) (bool, error) {
+	t := (*Tier)(d)
 	full, err := t.checkItem(it)
 	if err != nil {
 		t.stats.sets.add(1)

@@ -123,7 +123,8 @@ func newStreamID() string {
 }
 
 // Listen implements tier.InvalidationStream.
-func (t *Tier) Listen(ctx context.Context, l tier.Listener) {
+func (d *tierDriver) Listen(ctx context.Context, l tier.Listener) {
+	t := (*Tier)(d)
 	var mu sync.Mutex // the Listener's events one at a time
 	call := func(f func()) {
 		mu.Lock()

@@ -10,11 +10,19 @@ import (
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/breaker"
+	"github.com/holdfast-dev/holdfast/internal/tierdriver"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
-// Tier is a tier.Tier backed by Redis. It is safe for concurrent use.
+// Tier is a tier.Tier backed by Redis, with every optional interface of
+// package tier: give it to holdfast.Options.Shared. The methods listed
+// here are the ones its user calls; the Cache's own calls (Get, Set,
+// Invalidate and the rest of package tier's interfaces) are methods of
+// Tier too, left out of this documentation. It is safe for concurrent use.
 type Tier struct {
+	// driver is the Tier itself as tierDriver: the methods the Cache
+	// calls, which go doc leaves out of Tier's documentation.
+	driver
 	client  rueidis.Client
 	opts    Options
 	cluster bool
@@ -65,6 +73,16 @@ type Tier struct {
 }
 
 var _ tier.Tier = (*Tier)(nil)
+
+// driver is the interface Tier and Lazy embed to carry the methods the
+// Cache calls (tierdriver.Driver): an alias of a type in another package,
+// so that go doc, which sees this package alone, does not list them.
+type driver = tierdriver.Driver
+
+// tierDriver is Tier with the methods the Cache calls.
+type tierDriver Tier
+
+var _ tierdriver.Driver = (*tierDriver)(nil)
 
 // New validates opts, connects to Redis and detects whether it is a Cluster;
 // with Options.Sentinel it asks the sentinels for the primary and connects
@@ -144,6 +162,7 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 		flog:     flog,
 		streamID: newStreamID(),
 	}
+	t.driver = (*tierDriver)(t)
 	t.lastAnswer.Store(o.Clock.Now().UnixNano())
 	if t.cluster && !o.Cluster.Disabled {
 		if t.nodes, err = newNodeSet(t); err != nil {
@@ -160,6 +179,7 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 // primary's client option.
 func connectSentinel(o Options, br *breaker.Breaker, co rueidis.ClientOption, flog *failureLog) (*Tier, error) {
 	t := &Tier{opts: o, br: br, flog: flog, streamID: newStreamID()}
+	t.driver = (*tierDriver)(t)
 	sc, err := newSentinelClient(o, co, t.primaryMoved)
 	if err != nil {
 		flog.failed(err)

@@ -21,7 +21,8 @@ import (
 // Set writes items with SET key value PX ttl, pipelined. Items that are too
 // large or have no positive TTL are refused (nothing sent for them) and the
 // rest are still written. The returned error joins the per-item errors.
-func (t *Tier) Set(ctx context.Context, items ...tier.Item) error {
+func (d *tierDriver) Set(ctx context.Context, items ...tier.Item) error {
+	t := (*Tier)(d)
 	if len(items) == 0 {
 		return nil
 	}
@@ -84,7 +85,8 @@ func pxMillis(ttl time.Duration) int64 {
 
 // Delete removes keys with one DEL per hash slot (one DEL in all for a
 // standalone server), pipelined. Deleting a missing key is not an error.
-func (t *Tier) Delete(ctx context.Context, keys ...string) error {
+func (d *tierDriver) Delete(ctx context.Context, keys ...string) error {
+	t := (*Tier)(d)
 	if len(keys) == 0 {
 		return nil
 	}
