@@ -44,9 +44,24 @@ const (
 	pageSize = 8 << 10
 )
 
+// smallClasses[(n+7)/8] is SizeClass(n) for n up to 1,024, as the
+// runtime's own size_to_class8 finds it (every class below is a multiple of
+// 8): Set costs every key it stores, and a table look-up is cheaper than a
+// search.
+var smallClasses = func() (t [1024/8 + 1]int32) {
+	for i := range t {
+		j, _ := slices.BinarySearch(sizeClasses[:], int32(8*i))
+		t[i] = sizeClasses[j]
+	}
+	return t
+}()
+
 // SizeClass returns the bytes the Go allocator takes for an object of n
 // bytes with no pointers (a []byte's or a string's backing array).
 func SizeClass(n int) int64 {
+	if uint(n) <= 1024 {
+		return int64(smallClasses[(n+7)>>3])
+	}
 	if n > maxSmall {
 		return int64((n + pageSize - 1) &^ (pageSize - 1))
 	}
