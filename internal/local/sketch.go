@@ -64,18 +64,27 @@ func (s *sketch) block(h uint64) *[8]uint64 {
 func counterWord(h uint64, i uint) uint64  { return 2*uint64(i) + h>>(32+8*i)&1 }
 func counterShift(h uint64, i uint) uint64 { return (h >> (33 + 8*i) & 15) * 4 }
 
-// estimate is h's count: the least of its four counters.
+// estimate is h's count: the least of its four counters. The four are
+// written out, not looped over: their loads are independent, and a write's
+// admission waits on two estimates, each a likely cache miss.
 func (s *sketch) estimate(h uint64) int {
 	if s.table == nil {
 		return 0
 	}
 	h = spread(h)
 	b := s.block(h)
-	least := uint64(15)
-	for i := range uint(4) {
-		least = min(least, b[counterWord(h, i)&7]>>counterShift(h, i)&15)
+	c0 := b[counterWord(h, 0)&7] >> counterShift(h, 0) & 15
+	c1 := b[counterWord(h, 1)&7] >> counterShift(h, 1) & 15
+	c2 := b[counterWord(h, 2)&7] >> counterShift(h, 2) & 15
+	c3 := b[counterWord(h, 3)&7] >> counterShift(h, 3) & 15
+	return int(min(c0, c1, c2, c3))
+}
+
+// increment adds one to the counter at bit sh of word w of b, short of 15.
+func increment(b *[8]uint64, w, sh uint64) {
+	if b[w]>>sh&15 < 15 {
+		b[w] += 1 << sh
 	}
-	return int(least)
 }
 
 // add counts one more use of h, each counter saturating at 15, and halves
@@ -86,12 +95,12 @@ func (s *sketch) add(h uint64) {
 	}
 	h = spread(h)
 	b := s.block(h)
-	for i := range uint(4) {
-		w, sh := counterWord(h, i)&7, counterShift(h, i)
-		if b[w]>>sh&15 < 15 {
-			b[w] += 1 << sh
-		}
-	}
+	// Written out, as in estimate: the four counters lie in four
+	// different words, so the increments are independent.
+	increment(b, counterWord(h, 0)&7, counterShift(h, 0))
+	increment(b, counterWord(h, 1)&7, counterShift(h, 1))
+	increment(b, counterWord(h, 2)&7, counterShift(h, 2))
+	increment(b, counterWord(h, 3)&7, counterShift(h, 3))
 	s.additions++
 	if s.additions >= s.sample {
 		for i, w := range s.table {

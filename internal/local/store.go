@@ -309,7 +309,11 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 	sh.push(n, q)
 	sh.bytes += size
 	sh.entries++
-	sh.sketch.ensure(sh.entries)
+	if sh.entries > len(sh.sketch.table) {
+		// Checked here, as the sketch is sized at its first write and
+		// never below the entries: a call on every write costs more.
+		sh.sketch.ensure(sh.entries)
+	}
 	if s.climb != nil {
 		sh.setWindow(s.climb.share())
 	}
