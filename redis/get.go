@@ -38,6 +38,15 @@ func (t *Tier) getFull(ctx context.Context, key, full string) ([]byte, bool, err
 	if t.nodes != nil {
 		return t.nodeGet(ctx, gen, key, full)
 	}
+	if rs := t.reps.Load(); rs != nil {
+		return t.sentinelGet(ctx, rs, gen, key, full)
+	}
+	return t.primaryGet(ctx, gen, key, full)
+}
+
+// primaryGet is getFull on the standalone server, or a Sentinel group's
+// primary.
+func (t *Tier) primaryGet(ctx context.Context, gen uint64, key, full string) ([]byte, bool, error) {
 	cmd := t.client.B().Get().Key(full).Build()
 	rctx, cancel := t.readContext(ctx)
 	var res rueidis.RedisResult

@@ -144,6 +144,11 @@ type nodeSet struct {
 	written []atomic.Int64 // per slot: when this Tier last wrote it, ns since start
 
 	levelRound uint64 // the loop's count of leveling intervals (level.go)
+
+	// sentinel: the nodes are a Sentinel group's primary and replicas,
+	// one shard over every slot, learnt from the primary's INFO
+	// (sentinel_reads.go), not a Cluster's.
+	sentinel bool
 }
 
 // clusterKeepAlive is how long a Cluster connection may be idle before
@@ -156,25 +161,30 @@ const clusterKeepAlive = 10 * time.Second
 // pollTimeout bounds a readiness poll and a slot map request.
 const pollTimeout = 500 * time.Millisecond
 
-func newNodeSet(t *Tier) (*nodeSet, error) {
+func newNodeSet(t *Tier, sentinel bool) (*nodeSet, error) {
 	o := t.opts.Cluster
 	s := &nodeSet{
-		t:       t,
-		o:       o,
-		clock:   t.opts.Clock.Now,
-		tick:    min(50*time.Millisecond, o.SilentConnTimeout/10),
-		nodes:   make(map[string]*node),
-		retired: make(map[string]retiredNode),
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		start:   time.Now(),
-		written: make([]atomic.Int64, slotCount),
+		t:        t,
+		o:        o,
+		clock:    t.opts.Clock.Now,
+		tick:     min(50*time.Millisecond, o.SilentConnTimeout/10),
+		nodes:    make(map[string]*node),
+		retired:  make(map[string]retiredNode),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		start:    time.Now(),
+		written:  make([]atomic.Int64, slotCount),
+		sentinel: sentinel,
 	}
 	if s.tick < time.Millisecond {
 		s.tick = time.Millisecond
 	}
-	t.client = noteWrites{Client: t.client, s: s}
+	if sentinel {
+		t.client = noteKeyWrites{Client: t.client, s: s}
+	} else {
+		t.client = noteWrites{Client: t.client, s: s}
+	}
 	if err := s.refresh(); err != nil {
 		s.closeAll()
 		return nil, err
@@ -210,6 +220,11 @@ func (s *nodeSet) newNode(addr string) *node {
 	if n.client = s.nodeClient(n, true); n.client == nil {
 		return nil
 	}
+	if s.sentinel {
+		// Outside a Cluster READONLY means nothing: one client serves.
+		n.asPrimary = n.client
+		return n
+	}
 	if n.asPrimary = s.nodeClient(n, false); n.asPrimary == nil {
 		n.client.Close()
 		return nil
@@ -226,7 +241,7 @@ func (s *nodeSet) nodeClient(n *node, readonly bool) rueidis.Client {
 	co.PipelineMultiplex = -1 // one connection per node, as rueidis's Cluster client
 	co.Dialer.KeepAlive = clusterKeepAlive
 	co.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-		return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password, readonly)
+		return dialNode(ctx, n, dst, d, cfg, o.Username, o.Password, readonly && !s.sentinel)
 	}
 	c, _ := rueidis.NewClient(co)
 	return c
@@ -282,7 +297,9 @@ func (s *nodeSet) liveAddrs() []string {
 // close closes n's clients, which makes calls still inside them return.
 func (n *node) close() {
 	n.client.Close()
-	n.asPrimary.Close()
+	if n.asPrimary != n.client {
+		n.asPrimary.Close()
+	}
 }
 
 // run is the background loop; Close stops it.
@@ -304,7 +321,7 @@ func (s *nodeSet) run() {
 		}
 		now = time.Now()
 		s.scan(now)
-		if dt := now.Sub(lastLevel); dt >= levelEvery && s.o.LevelAbove > 0 {
+		if dt := now.Sub(lastLevel); dt >= levelEvery && s.o.LevelAbove > 0 && !s.sentinel {
 			lastLevel = now
 			s.level(dt)
 		}
@@ -334,6 +351,9 @@ const settleFor = time.Minute
 // topologyEvery is the slot map's refresh interval now.
 func (s *nodeSet) topologyEvery() time.Duration {
 	k := s.kickedAt.Load()
+	if s.sentinel && s.readLately() {
+		return s.o.TopologyInterval
+	}
 	if s.ejected.Load() > 0 || (k != 0 && time.Duration(s.sinceStart()-k) < settleFor) {
 		return s.o.TopologyInterval
 	}

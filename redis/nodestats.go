@@ -87,21 +87,25 @@ func (t *Tier) NodeStats() []NodeStats { return t.nodeStats(true) }
 // does not: the Cache asks for it four times a second, whether anything
 // is read or not.
 func (t *Tier) nodeStats(ask bool) []NodeStats {
-	if t.nodes == nil {
+	set := t.nodes
+	if set == nil {
+		set = t.reps.Load()
+	}
+	if set == nil {
 		return nil
 	}
-	tp := t.nodes.topo.Load()
+	tp := set.topo.Load()
 	for _, sh := range tp.shards {
 		if ask {
 			sh.nodes[0].wanted.Store(true)
 		}
 	}
 	nodes := slices.Clone(tp.nodes)
-	t.nodes.mu.Lock()
-	for _, rn := range t.nodes.retired {
+	set.mu.Lock()
+	for _, rn := range set.retired {
 		nodes = append(nodes, rn.n)
 	}
-	t.nodes.mu.Unlock()
+	set.mu.Unlock()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].addr < nodes[j].addr })
 	out := make([]NodeStats, 0, len(nodes))
 	var total uint64

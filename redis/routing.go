@@ -203,11 +203,11 @@ func (t *Tier) nodeOutcome(ctx context.Context, n *node, err error) breaker.Outc
 	case breaker.Ignore:
 		return o
 	case breaker.Success:
-		t.nodes.report(n, false, false)
+		n.set.report(n, false, false)
 		return o
 	}
 	t.markSuspect(err)
-	if t.nodes.report(n, true, isTimeout(err)) {
+	if n.set.report(n, true, isTimeout(err)) {
 		return breaker.Failure
 	}
 	return breaker.Ignore

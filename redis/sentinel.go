@@ -482,5 +482,8 @@ func (t *Tier) primaryMoved(addr string) {
 	t.br.Reset()
 	t.primaryGen.Add(1)
 	t.stats.primaryMoves.add(1)
+	if rs := t.reps.Load(); rs != nil {
+		rs.kickTopology() // the replicas are the new primary's
+	}
 	t.opts.Logger.Info("redis tier: following the sentinels to a new primary", "master", t.opts.Sentinel.MasterName, "primary", addr)
 }

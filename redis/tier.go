@@ -34,6 +34,9 @@ type Tier struct {
 
 	// sentinel is client in the Sentinel shape; nil otherwise.
 	sentinel *sentinelClient
+	// reps routes reads over a Sentinel group's primary and ready
+	// replicas (sentinel_reads.go); nil otherwise.
+	reps atomic.Pointer[nodeSet]
 	// primaryGen counts the Sentinel shape's moves to a new primary, so
 	// that the stream's subscription knows it is on an old one.
 	primaryGen atomic.Uint64
@@ -165,7 +168,7 @@ func connectTier(opts Options, flog *failureLog) (*Tier, error) {
 	t.driver = (*tierDriver)(t)
 	t.lastAnswer.Store(o.Clock.Now().UnixNano())
 	if t.cluster && !o.Cluster.Disabled {
-		if t.nodes, err = newNodeSet(t); err != nil {
+		if t.nodes, err = newNodeSet(t, false); err != nil {
 			client.Close()
 			flog.failed(err)
 			return nil, connectError(o.Addrs, err)
@@ -187,6 +190,15 @@ func connectSentinel(o Options, br *breaker.Breaker, co rueidis.ClientOption, fl
 	}
 	t.client, t.sentinel = sc, sc
 	t.lastAnswer.Store(o.Clock.Now().UnixNano())
+	if !o.Cluster.Disabled {
+		rs, err := newNodeSet(t, true)
+		if err != nil {
+			sc.Close()
+			flog.failed(err)
+			return nil, connectError(o.Sentinel.Addrs, err)
+		}
+		t.reps.Store(rs)
+	}
 	t.warm()
 	return t, nil
 }
@@ -236,6 +248,9 @@ func (t *Tier) Close() error {
 	}
 	if t.nodes != nil {
 		t.nodes.close()
+	}
+	if rs := t.reps.Load(); rs != nil {
+		rs.close()
 	}
 	t.client.Close()
 	t.wg.Wait()

@@ -82,6 +82,9 @@ const retireFor = time.Minute
 // refresh reads the slot map from a node that is not ejected (trying up to
 // three) and installs it.
 func (s *nodeSet) refresh() error {
+	if s.sentinel {
+		return s.refreshSentinel()
+	}
 	var askers []*node
 	if tp := s.topo.Load(); tp != nil {
 		for _, n := range tp.nodes {

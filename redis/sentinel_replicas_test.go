@@ -1,0 +1,290 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
+)
+
+// Replica reads in the Sentinel shape, on real processes: reads spread
+// over the primary and its ready replicas, never reach a replica that is
+// not ready, leave a frozen one, and follow a failover to the new
+// primary's replicas.
+
+// replicaRig is a Sentinel group holding keys k0..k(n-1), written on the
+// primary and on both replicas, and a Tier that finds the group through
+// the sentinels.
+type replicaRig struct {
+	g    *redistest.SentinelGroup[*redistest.Server]
+	tr   *Tier
+	keys []string
+}
+
+func newReplicaRig(t *testing.T, keys, valueBytes int) *replicaRig {
+	t.Helper()
+	r := &replicaRig{g: redistest.Sentinel(t)}
+	ctx := ctxT(t, time.Minute)
+	primary := rawClient(t, r.g.Nodes()[0].Addr())
+	value := strings.Repeat("v", valueBytes)
+	for i := 0; i < keys; i += 500 {
+		cmd := primary.B().Mset().KeyValue()
+		for j := i; j < min(i+500, keys); j++ {
+			key := fmt.Sprintf("k%d", j)
+			r.keys = append(r.keys, key)
+			cmd = cmd.KeyValue(key, value)
+		}
+		if err := primary.Do(ctx, cmd.Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := primary.Do(ctx, primary.B().Wait().Numreplicas(2).Timeout(20_000).Build()).AsInt64(); err != nil || n != 2 {
+		t.Fatalf("WAIT: %d replicas (%v), want 2", n, err)
+	}
+	r.tr = newTier(t, Options{Logger: quiet, Sentinel: SentinelOptions{Addrs: r.g.SentinelAddrs(), MasterName: r.g.MasterName()}})
+	return r
+}
+
+// gets returns every node's GET count (INFO commandstats), by address.
+func (r *replicaRig) gets(t *testing.T) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, n := range r.g.Nodes() {
+		if n.Running() {
+			out[n.Addr()] = commandCalls(t, n, "get")
+		}
+	}
+	return out
+}
+
+// replicaReads reads the rig's keys through the tier on two goroutines
+// until stop, counting misses (every key is held by the primary),
+// errors and latencies.
+type replicaReads struct {
+	reads, misses, errs atomic.Int64
+	firstErr            atomic.Value
+	mu                  sync.Mutex
+	lat                 []time.Duration
+	stop                chan struct{}
+	wg                  sync.WaitGroup
+}
+
+func (r *replicaRig) read(pause time.Duration) *replicaReads {
+	l := &replicaReads{stop: make(chan struct{})}
+	for g := range 2 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			var lat []time.Duration
+			defer func() { l.mu.Lock(); l.lat = append(l.lat, lat...); l.mu.Unlock() }()
+			for i := g; ; i += 2 {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				start := time.Now()
+				_, found, err := r.tr.Get(ctx, r.keys[i%len(r.keys)])
+				lat = append(lat, time.Since(start))
+				cancel()
+				l.reads.Add(1)
+				switch {
+				case err != nil:
+					l.errs.Add(1)
+					l.firstErr.CompareAndSwap(nil, err)
+				case !found:
+					l.misses.Add(1)
+				}
+				time.Sleep(pause)
+			}
+		}()
+	}
+	return l
+}
+
+// end stops the reads and returns the p99 and worst latency.
+func (l *replicaReads) end() (p99, worst time.Duration) {
+	close(l.stop)
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lat) == 0 {
+		return 0, 0
+	}
+	slices.Sort(l.lat)
+	return l.lat[len(l.lat)*99/100], l.lat[len(l.lat)-1]
+}
+
+// TestSentinelReplicaReadsSpread: under load, reads go to the primary and
+// both replicas, about a third each; none misses.
+func TestSentinelReplicaReadsSpread(t *testing.T) {
+	r := newReplicaRig(t, 1000, 16)
+	before := r.gets(t)
+	l := r.read(200 * time.Microsecond)
+	for deadline := time.Now().Add(30 * time.Second); l.reads.Load() < 3000 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	l.end()
+	after := r.gets(t)
+	total := 0
+	for addr := range after {
+		total += after[addr] - before[addr]
+	}
+	t.Logf("%d reads, %d misses, %d errors; GETs per node: %v (before %v)", l.reads.Load(), l.misses.Load(), l.errs.Load(), after, before)
+	if l.misses.Load() != 0 {
+		t.Errorf("%d misses of keys the primary holds", l.misses.Load())
+	}
+	if total < 1000 {
+		t.Fatalf("only %d GETs reached the nodes", total)
+	}
+	for _, n := range r.g.Nodes() {
+		share := float64(after[n.Addr()]-before[n.Addr()]) / float64(total)
+		// A third each in expectation; a fifth bounds a fair share with
+		// room for a replica briefly unproven on a busy machine.
+		if share < 0.2 {
+			t.Errorf("%s took %.3f of the GETs, want about a third", n.Addr(), share)
+		}
+	}
+	for _, st := range r.tr.NodeStats() {
+		t.Logf("node %s primary %v state %v reads %d share %.3f", st.Addr, st.Primary, st.State, st.Reads, st.ReadShare)
+	}
+}
+
+// seenReplica is what the test sees of a replica: one INFO of replication
+// and commandstats.
+type seenReplica struct {
+	ready bool // linked, not syncing, not loading
+	gets  int
+}
+
+func seeReplica(ctx context.Context, n *redistest.Server) (seenReplica, error) {
+	out, err := n.CLI(ctx, "INFO", "replication", "persistence", "commandstats")
+	if err != nil {
+		return seenReplica{}, err
+	}
+	m := parseInfo(out)
+	var s seenReplica
+	s.ready = m["role"] == "slave" && m["master_link_status"] == "up" && m["master_sync_in_progress"] == "0" &&
+		m["loading"] == "0" && m["async_loading"] != "1"
+	if v, ok := m["cmdstat_get"]; ok {
+		f, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+		s.gets, _ = strconv.Atoi(f)
+	}
+	return s, nil
+}
+
+// TestSentinelReplicaResyncTakesNoReads: a replica restarted empty, whose
+// full resync the primary holds back for 2 s (repl-diskless-sync-delay)
+// and which then loads 20 MB, takes no read until it is ready, though the
+// reads go on all along; no read misses; once ready it takes reads again.
+func TestSentinelReplicaResyncTakesNoReads(t *testing.T) {
+	r := newReplicaRig(t, 20_000, 1000)
+	ctx := ctxT(t, 2*time.Minute)
+	primary, rep := r.g.Nodes()[0], r.g.Nodes()[1]
+	for _, kv := range [][2]string{{"repl-diskless-sync", "yes"}, {"repl-diskless-sync-delay", "2"}} {
+		if _, err := primary.CLI(ctx, "CONFIG", "SET", kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := r.read(200 * time.Microsecond)
+	time.Sleep(500 * time.Millisecond)
+	rep.Restart()
+	restarted := time.Now()
+	var unreadySamples, readsUnready int
+	var readyAt time.Duration
+	for deadline := restarted.Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		s, err := seeReplica(ctx, rep)
+		if err != nil {
+			continue // loading can refuse INFO for a moment
+		}
+		if !s.ready {
+			unreadySamples++
+			readsUnready = max(readsUnready, s.gets)
+			continue
+		}
+		if readyAt == 0 {
+			readyAt = time.Since(restarted)
+		}
+		if s.gets > 0 {
+			break
+		}
+	}
+	p99, worst := l.end()
+	final, _ := seeReplica(ctx, rep)
+	t.Logf("replica ready %v after its restart (%d samples unready); GETs it ran while unready %d, in all %d; %d reads, %d misses, %d errors, p99 %v, worst %v",
+		readyAt.Round(time.Millisecond), unreadySamples, readsUnready, final.gets, l.reads.Load(), l.misses.Load(), l.errs.Load(), p99, worst)
+	if unreadySamples < 10 {
+		t.Fatalf("the replica was seen unready only %d times: the test did not hold its resync open", unreadySamples)
+	}
+	if readsUnready != 0 {
+		t.Errorf("the replica ran %d GETs while syncing or loading", readsUnready)
+	}
+	if n := l.misses.Load(); n != 0 {
+		t.Errorf("%d reads missed keys the primary holds", n)
+	}
+	if final.gets == 0 {
+		t.Errorf("the replica took no reads within 60 s of its restart (ready after %v)", readyAt)
+	}
+}
+
+// TestSentinelReplicaFrozen: a replica SIGSTOPped under load is ejected
+// and the reads keep answering from the other nodes.
+func TestSentinelReplicaFrozen(t *testing.T) {
+	r := newReplicaRig(t, 1000, 16)
+	rep := r.g.Nodes()[2]
+	l := r.read(500 * time.Microsecond)
+	time.Sleep(500 * time.Millisecond)
+	rep.Freeze()
+	frozen := time.Now()
+	defer rep.Thaw()
+	var ejectedAfter time.Duration
+	for deadline := frozen.Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st := nodeStat(r.tr, rep.Addr()); st.State == NodeEjected || st.Ejections > 0 {
+			ejectedAfter = time.Since(frozen)
+			break
+		}
+	}
+	// Reads after the ejection: none may wait on the frozen replica.
+	readsAt, errsAt := l.reads.Load(), l.errs.Load()
+	l.mu.Lock()
+	from := len(l.lat)
+	l.mu.Unlock()
+	time.Sleep(2 * time.Second)
+	close(l.stop)
+	l.wg.Wait()
+	lat := slices.Clone(l.lat[from:])
+	slices.Sort(lat)
+	var p99 time.Duration
+	if len(lat) > 0 {
+		p99 = lat[len(lat)*99/100]
+	}
+	after := l.reads.Load() - readsAt
+	errsAfter := l.errs.Load() - errsAt
+	t.Logf("ejected %v after the freeze; errors before %d; after: %d reads, %d errors, p99 %v; misses %d",
+		ejectedAfter.Round(time.Millisecond), errsAt, after, errsAfter, p99, l.misses.Load())
+	if ejectedAfter == 0 {
+		t.Fatalf("the frozen replica was not ejected within 10 s: %+v", nodeStat(r.tr, rep.Addr()))
+	}
+	if after < 200 {
+		t.Errorf("only %d reads in the 2 s after the ejection", after)
+	}
+	if errsAfter*100 > after {
+		t.Errorf("%d of %d reads failed after the ejection, the first error: %v", errsAfter, after, l.firstErr.Load())
+	}
+	// Reads go to the primary and the other replica in well under the
+	// 50 ms budget; 40 ms leaves room for a busy machine.
+	if p99 > 40*time.Millisecond {
+		t.Errorf("p99 %v after the ejection", p99)
+	}
+	if l.misses.Load() != 0 {
+		t.Errorf("%d misses", l.misses.Load())
+	}
+}
