@@ -288,3 +288,187 @@ func TestSentinelReplicaFrozen(t *testing.T) {
 		t.Errorf("%d misses", l.misses.Load())
 	}
 }
+
+// TestSentinelReplicasAfterFailover: the primary SIGKILLed under reads
+// and invalidations through the Cache. The tier follows the new primary,
+// whose replicas take reads again once ready: the other replica, and the
+// old primary once it is back (restarted empty) and converted by the
+// sentinels. No read returns a value older than an invalidation this
+// process had made when the read began.
+func TestSentinelReplicasAfterFailover(t *testing.T) {
+	r := newSentinelRig(t)
+	ctx := ctxT(t, 3*time.Minute)
+	old := r.g.Nodes()[0]
+	invalidated := make(map[string]*atomic.Int64, len(r.keys))
+	for _, k := range r.keys {
+		invalidated[k] = new(atomic.Int64)
+	}
+	var reads, stale, errs, invalidations, invErrs atomic.Int64
+	var firstStale atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; ; i += 2 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := r.keys[i%len(r.keys)]
+				least := invalidated[key].Load()
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				res, err := r.ns.Get(rctx, key, r.loader)
+				cancel()
+				reads.Add(1)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				_, v, _ := strings.Cut(string(res.Value), "=")
+				if n, _ := strconv.ParseInt(v, 10, 64); n < least {
+					stale.Add(1)
+					firstStale.CompareAndSwap(nil, fmt.Sprintf("%s: %q, invalidated at version %d (source %v)", key, res.Value, least, res.Source))
+				}
+				time.Sleep(300 * time.Microsecond)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			key := r.keys[i%len(r.keys)]
+			v := r.version.Add(1)
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := r.ns.Invalidate(ictx, key)
+			cancel()
+			invalidations.Add(1)
+			if err != nil {
+				invErrs.Add(1)
+				continue
+			}
+			invalidated[key].Store(v)
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+	time.Sleep(time.Second)
+	old.Kill()
+	killed := time.Now()
+	p, err := r.g.FirstNewPrimary(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); r.tr.Primary() != p.Addr() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r.tr.Primary() != p.Addr() {
+		t.Fatalf("tier on %s 5 s after a sentinel named %s", r.tr.Primary(), p.Addr())
+	}
+	followed := time.Since(killed)
+	var other *redistest.Server
+	for _, n := range r.g.Nodes()[1:] {
+		if n != p {
+			other = n
+		}
+	}
+	// takesReads waits until n runs GETs again, the tier's reads: n has
+	// caught up with the new primary and a round proved it.
+	takesReads := func(n *redistest.Server, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		base := commandCalls(t, n, "get")
+		for time.Since(start) < within {
+			time.Sleep(50 * time.Millisecond)
+			if commandCalls(t, n, "get") > base+10 {
+				return time.Since(start)
+			}
+		}
+		return 0
+	}
+	otherAfter := takesReads(other, 20*time.Second)
+	old.Restart()
+	back := time.Now()
+	oldAfter := takesReads(old, 60*time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("tier followed %v after the kill; the other replica took reads %v after that; the old primary, restarted, %v after its return (%v)",
+		followed.Round(time.Millisecond), otherAfter.Round(time.Millisecond), oldAfter.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+	t.Logf("%d reads, %d failed, %d older than this process's invalidation; %d invalidations, %d failed", reads.Load(), errs.Load(), stale.Load(), invalidations.Load(), invErrs.Load())
+	for _, st := range r.tr.NodeStats() {
+		t.Logf("node %s primary %v state %v reads %d %s", st.Addr, st.Primary, st.State, st.Reads, st.Reason)
+	}
+	if n := stale.Load(); n != 0 {
+		t.Errorf("%d reads older than an invalidation this process made before them; the first: %v", n, firstStale.Load())
+	}
+	if n := errs.Load(); n != 0 {
+		t.Errorf("%d reads failed", n)
+	}
+	if otherAfter == 0 {
+		t.Errorf("the other replica %s took no reads within 20 s of the tier's move: %+v", other.Addr(), nodeStat(r.tr, other.Addr()))
+	}
+	if oldAfter == 0 {
+		t.Errorf("the old primary %s, back as a replica, took no reads within 60 s: %+v", old.Addr(), nodeStat(r.tr, old.Addr()))
+	}
+}
+
+// TestSentinelWrittenSlotsReadFromPrimary: a key this Tier just wrote or
+// deleted is read from the primary, though the client's commands carry
+// no slot; other keys are read from the replicas too.
+func TestSentinelWrittenSlotsReadFromPrimary(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"SET", "a", "1", "PX", "10"}, []string{"a"}},
+		{[]string{"DEL", "a", "b"}, []string{"a", "b"}},
+		{[]string{"EVALSHA", "sha", "2", "a", "b", "arg"}, []string{"a", "b"}},
+		{[]string{"MSET", "a", "1", "b", "2"}, []string{"a", "b"}},
+		{[]string{"PUBLISH", "ch", "m"}, nil},
+		{[]string{"EVALSHA", "sha", "9", "a"}, nil},
+	} {
+		var want []uint16
+		for _, k := range c.want {
+			want = append(want, slot(k))
+		}
+		if got := writtenSlots(c.args); !slices.Equal(got, want) {
+			t.Errorf("writtenSlots(%q) = %v, want %v", c.args, got, want)
+		}
+	}
+
+	r := newReplicaRig(t, 10, 16)
+	rs := r.tr.reps.Load()
+	ctx := ctxT(t, 30*time.Second)
+	if err := r.tr.Delete(ctx, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	p := rs.primaryFor(0)
+	for range 50 {
+		if n, viaPrimary, _ := rs.pick(slot("k1")); n != p || !viaPrimary {
+			t.Fatalf("a key just deleted picked %v (primary %v), want the primary %s", n.addr, viaPrimary, p.addr)
+		}
+	}
+	replicas := 0
+	for range 300 {
+		if n, _, _ := rs.pick(slot("k2")); n != nil && n != p {
+			replicas++
+		}
+	}
+	if replicas < 100 {
+		t.Errorf("a key not written picked a replica %d times in 300, want about 200", replicas)
+	}
+}
