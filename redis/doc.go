@@ -60,7 +60,9 @@
 // primary does not answer ROLE as a master. On each move the breaker
 // starts over and the invalidation stream subscribes on the new primary;
 // invalidations that failed during the failover are replayed to it by
-// the Cache. Replicas take no reads: every read goes to the primary.
+// the Cache. Its replicas take Get reads only when ready, by the rule of
+// Cluster replicas, and are ejected per node (sentinel_reads.go);
+// Cluster.Disabled sends every read to the primary.
 //
 // rueidis honours a ctx deadline on an established, pipelined connection,
 // but a call that has to reconnect can be held inside rueidis past it (the

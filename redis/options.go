@@ -137,11 +137,14 @@ type BreakerOptions = breaker.Settings
 // ClusterOptions configures per-node health in Cluster mode: per-node
 // ejection with probes, the silent-connection watchdog, replica readiness
 // and random read routing (see nodes.go). The zero value means the
-// defaults; a standalone server ignores it.
+// defaults; a standalone server ignores it. In the Sentinel shape the
+// same settings govern the reads of the group's replicas (readiness,
+// ejection and probes, PrimaryAfterWrite; sentinel_reads.go).
 type ClusterOptions struct {
 	// Disabled turns per-node health off: reads and writes then go through
 	// rueidis's own Cluster routing, to primaries only, as the tier did
-	// before it had per-node health. Default false.
+	// before it had per-node health. In the Sentinel shape it sends every
+	// read to the primary. Default false.
 	Disabled bool
 
 	// ConsecutiveFailures ejects a node after this many failed requests in

@@ -51,11 +51,13 @@ import (
 // machine the sentinels were seen naming the old primary, restarted and
 // calling itself a master, under the new epoch for over a second.
 //
-// Replicas take no reads: rueidis's SendToReplicas would read from one
+// Replicas take reads by the readiness rule of Cluster replicas
+// (readiness.go), with per-node ejection, a replica's miss read again
+// from the primary and the primary read for a slot just written
+// (sentinel_reads.go); rueidis's SendToReplicas would read from one
 // replica picked at random among those the sentinels do not think down,
-// whatever its replication state (one in full resync answers empty), and
-// the readiness rule of Cluster replicas (readiness.go) is not yet applied
-// to a Sentinel group's replicas. Every read goes to the primary.
+// whatever its replication state (one in full resync answers empty).
+// Reads that go to the primary, and every write, go through this client.
 //
 // What Sentinel itself cannot promise stands: replication is
 // asynchronous, so a write the old primary acknowledged and had not sent

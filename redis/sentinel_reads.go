@@ -31,6 +31,7 @@ import (
 // carry no slot, so the writes' keys are read from the commands
 // themselves (noteKeyWrites).
 //
+// GetMany reads from the primary only.
 // ClusterOptions.Disabled turns replica reads off, as it does in a
 // Cluster: every read then goes to the primary.
 
