@@ -70,6 +70,11 @@ type cpuMeter struct {
 	redis  map[procKey]*procSpan
 	client map[procKey]*procSpan
 
+	// marks are the lab process's CPU time at the split points (see
+	// splitAt), each set once its time has come.
+	marks  []time.Duration
+	marked []bool
+
 	done    chan struct{}
 	wg      sync.WaitGroup
 	stopped sync.Once
@@ -101,6 +106,33 @@ func startCPU(servers []*redistest.Process, kids ...int) *cpuMeter {
 		}
 	}()
 	return m
+}
+
+// splitAt records the lab process's CPU time when each of at comes, so
+// that stop can tell the cost of the phases between them apart (a fault
+// window's before, in and after). The waiting goroutine is the meter's,
+// ended by stop; a point not reached by then is left unmarked.
+func (m *cpuMeter) splitAt(at ...time.Time) {
+	m.mu.Lock()
+	m.marks, m.marked = make([]time.Duration, len(at)), make([]bool, len(at))
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for i, t := range at {
+			timer := time.NewTimer(time.Until(t))
+			select {
+			case <-m.done:
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			self, ok := selfCPU()
+			m.mu.Lock()
+			m.marks[i], m.marked[i] = self, ok
+			m.mu.Unlock()
+		}
+	}()
 }
 
 // sample reads every process's ticks. A process first seen after the start
@@ -140,6 +172,11 @@ func (m *cpuMeter) sample(initial bool) {
 type cpuUse struct {
 	client, redis     time.Duration
 	clientOK, redisOK bool
+
+	// phases is the lab process's CPU time between the start, each split
+	// point and the stop, when every point was marked; only the lab
+	// process's, so it is left out when there are reader processes.
+	phases []time.Duration
 }
 
 // stop takes the last sample, ends the sampling goroutine and returns the
@@ -173,7 +210,63 @@ func (m *cpuMeter) sum(self time.Duration, selfOK bool) cpuUse {
 	if m.selfOK && selfOK && len(m.client) == len(m.kids) {
 		u.client, u.clientOK = self-m.self0+sum(m.client), true
 	}
+	if m.marks != nil && m.selfOK && selfOK && len(m.kids) == 0 {
+		u.phases = phaseTimes(m.self0, m.marks, m.marked, self)
+	}
 	return u
+}
+
+// phaseTimes turns cumulative CPU times at the start, the split points and
+// the end into the time spent in each phase, or nil if a point is missing.
+func phaseTimes(start time.Duration, marks []time.Duration, marked []bool, end time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(marks)+1)
+	prev := start
+	for i, t := range marks {
+		if !marked[i] {
+			return nil
+		}
+		out = append(out, t-prev)
+		prev = t
+	}
+	return append(out, end-prev)
+}
+
+// windowPhases names a fault window's phases, in order.
+var windowPhases = []string{"before", "window", "after"}
+
+// countPhases counts the schedule's requests in each phase of the window
+// (by scheduled time: a request belongs to the phase it was sent in).
+func countPhases(schedule []Request, window [2]time.Duration) []int {
+	n := make([]int, len(windowPhases))
+	for _, r := range schedule {
+		switch {
+		case r.At < window[0]:
+			n[0]++
+		case r.At < window[1]:
+			n[1]++
+		default:
+			n[2]++
+		}
+	}
+	return n
+}
+
+// addPhasesTo puts cpu_ms_per_1k_client_PHASE in res.Extra for each phase
+// with requests, given those phases' request counts.
+func (u cpuUse) addPhasesTo(res *ModeResult, requests []int) {
+	if len(u.phases) != len(requests) || len(requests) != len(windowPhases) {
+		return
+	}
+	if res.Extra == nil {
+		res.Extra = map[string]float64{}
+	}
+	for i, d := range u.phases {
+		if requests[i] == 0 {
+			continue
+		}
+		ms := float64(d) / float64(time.Millisecond)
+		res.Extra["cpu_ms_per_1k_client_"+windowPhases[i]] = ms * 1000 / float64(requests[i])
+	}
 }
 
 // addTo puts the figures in res.Extra; res.Requests must be final.

@@ -1,8 +1,10 @@
 package lab
 
 import (
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -148,5 +150,82 @@ func TestCPURedisRestart(t *testing.T) {
 		if sp.last <= sp.first {
 			t.Errorf("process %d: ticks %d to %d, want an increase", k.pid, sp.first, sp.last)
 		}
+	}
+}
+
+func TestPhaseFigures(t *testing.T) {
+	ms := time.Millisecond
+	got := phaseTimes(100*ms, []time.Duration{150 * ms, 400 * ms}, []bool{true, true}, 420*ms)
+	if want := []time.Duration{50 * ms, 250 * ms, 20 * ms}; !slices.Equal(got, want) {
+		t.Fatalf("phaseTimes = %v, want %v", got, want)
+	}
+	if got := phaseTimes(0, []time.Duration{ms, 0}, []bool{true, false}, 3*ms); got != nil {
+		t.Fatalf("phaseTimes with a point not reached = %v, want nil", got)
+	}
+
+	window := [2]time.Duration{2 * time.Second, 4 * time.Second}
+	var sched []Request
+	for at := time.Duration(0); at < 6*time.Second; at += 500 * ms {
+		sched = append(sched, Request{At: at})
+	}
+	// 0, .5, 1, 1.5 before; 2 .. 3.5 in; 4 .. 5.5 after: the window's
+	// bounds belong to the phase they open.
+	if got, want := countPhases(sched, window), []int{4, 4, 4}; !slices.Equal(got, want) {
+		t.Fatalf("countPhases = %v, want %v", got, want)
+	}
+
+	u := cpuUse{phases: []time.Duration{10 * ms, 300 * ms, 0}}
+	var res ModeResult
+	u.addPhasesTo(&res, []int{4, 2000, 0})
+	want := map[string]float64{
+		"cpu_ms_per_1k_client_before": 2500,
+		"cpu_ms_per_1k_client_window": 150,
+	}
+	if !maps.Equal(res.Extra, want) {
+		t.Fatalf("addPhasesTo: Extra = %v, want %v", res.Extra, want)
+	}
+	var none ModeResult
+	cpuUse{}.addPhasesTo(&none, []int{1, 1, 1})
+	if len(none.Extra) != 0 {
+		t.Fatalf("addPhasesTo without phases: Extra = %v, want none", none.Extra)
+	}
+}
+
+// TestCPUSplitAt: CPU burnt after a split point counts in the phase after
+// it, and the phases add up to the whole; a point the run never reaches
+// leaves the phases out.
+func TestCPUSplitAt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the CPU figures are Linux-only")
+	}
+	m := startCPU(nil)
+	m.splitAt(time.Now().Add(20 * time.Millisecond))
+	time.Sleep(60 * time.Millisecond)
+	deadline := time.Now().Add(time.Minute)
+	var sink uint64
+	for {
+		for i := range 1_000_000 {
+			sink += uint64(i) * sink
+		}
+		if self, _ := selfCPU(); self-m.self0 > 100*time.Millisecond || time.Now().After(deadline) {
+			break
+		}
+	}
+	_ = sink
+	u := m.stop()
+	if len(u.phases) != 2 {
+		t.Fatalf("phases = %v, want 2", u.phases)
+	}
+	if u.phases[0]+u.phases[1] != u.client {
+		t.Errorf("phases %v add up to %v, want the client's %v", u.phases, u.phases[0]+u.phases[1], u.client)
+	}
+	if u.phases[1] <= u.phases[0] {
+		t.Errorf("phases = %v: the busy loop after the split point is not in the second", u.phases)
+	}
+
+	m = startCPU(nil)
+	m.splitAt(time.Now().Add(time.Hour))
+	if u := m.stop(); u.phases != nil {
+		t.Errorf("split point never reached: phases = %v, want none", u.phases)
 	}
 }

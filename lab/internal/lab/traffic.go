@@ -158,6 +158,10 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 	// Start a little ahead so that the first request is not late because of
 	// the goroutines started below.
 	f.Start = time.Now().Add(20 * time.Millisecond)
+	phased := t.Window[1] > t.Window[0]
+	if phased {
+		meter.splitAt(f.Start.Add(t.Window[0]), f.Start.Add(t.Window[1]))
+	}
 	src.Begin(f.Start, t.Window[0], t.Window[1])
 	rec := NewRecorder(t.Window[0], t.Window[1])
 	aside := NewRecorder(t.Window[0], t.Window[1])
@@ -251,6 +255,9 @@ func (t Traffic) RunMode(ctx context.Context, o Options, m Mode) (res ModeResult
 		res.Extra["aside_window_requests"] = float64(aw.Requests)
 	}
 	cpu.addTo(&res)
+	if phased {
+		cpu.addPhasesTo(&res, countPhases(t.Schedule, t.Window))
+	}
 	if t.Extra != nil {
 		t.Extra(f, &res)
 	}
