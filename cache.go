@@ -219,7 +219,7 @@ func New(opts Options) (*Cache, error) {
 // clock's word, or the injected clock.
 func (c *Cache) now() int64 {
 	if c.coarse != nil {
-		return c.coarse.now.Load()
+		return c.coarse.load()
 	}
 	return c.clock.Now().UnixNano()
 }

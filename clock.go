@@ -14,39 +14,108 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// coarseResolution is how often the coarse clock reads the system clock.
-// Expiry decisions may be late by up to this much.
+// coarseResolution is how often the coarse clock reads the system clock
+// while it runs. Expiry decisions may be late by up to this much.
 const coarseResolution = time.Millisecond
+
+// The clock runs only while reads are frequent enough to gain from it: every
+// coarseWindow ticks it stops unless at least coarseBusyTicks of them saw a
+// read. While stopped, reads take the system clock themselves (exact, and
+// cheap beside a process that reads rarely), and the coarseWakeReads-th such
+// read starts the clock again.
+const (
+	coarseWindow    = 16
+	coarseBusyTicks = 8
+	coarseWakeReads = 32
+)
 
 // coarseClock keeps the current time in an atomic word, refreshed by one
 // goroutine every millisecond. A hot-tier hit must cost tens of nanoseconds,
 // and reading the system clock costs about as much again on some virtual
-// machines (measured here: 40% of a hit). The refresh goroutine wakes a
-// thousand times a second, which costs well under 1% of a core.
+// machines (measured here: 40% of a hit). A ticker waking a thousand times a
+// second is worth that only under a steady stream of reads, so the clock
+// stops when reads thin out: an idle or lightly read process pays no
+// wake-ups.
 type coarseClock struct {
-	now  atomic.Int64
+	now atomic.Int64
+	// read is set by a read since the last tick; set only when clear, so
+	// that the hot path writes the word at most once a tick.
+	read atomic.Bool
+	// stopped: the goroutine waits on wake and the word is not kept.
+	stopped atomic.Bool
+	// slow counts the reads taken from the system clock while stopped.
+	slow atomic.Int32
+	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
 }
 
 func startCoarseClock() *coarseClock {
-	c := &coarseClock{stop: make(chan struct{}), done: make(chan struct{})}
+	c := &coarseClock{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	c.now.Store(time.Now().UnixNano())
 	go c.run()
 	return c
+}
+
+// load returns the time in Unix nanoseconds.
+func (c *coarseClock) load() int64 {
+	if c.stopped.Load() {
+		t := time.Now().UnixNano()
+		if c.slow.Add(1) >= coarseWakeReads {
+			// The word first: a read that sees the clock running
+			// must find a current time in it.
+			c.now.Store(t)
+			if !c.stopped.CompareAndSwap(true, false) {
+				return t
+			}
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
+		return t
+	}
+	if !c.read.Load() {
+		c.read.Store(true)
+	}
+	return c.now.Load()
 }
 
 func (c *coarseClock) run() {
 	defer close(c.done)
 	t := time.NewTicker(coarseResolution)
 	defer t.Stop()
+	ticks, busy := 0, 0
 	for {
 		select {
 		case <-t.C:
-			c.now.Store(time.Now().UnixNano())
 		case <-c.stop:
 			return
 		}
+		c.now.Store(time.Now().UnixNano())
+		if c.read.Swap(false) {
+			busy++
+		}
+		if ticks++; ticks < coarseWindow {
+			continue
+		}
+		if busy >= coarseBusyTicks {
+			ticks, busy = 0, 0
+			continue
+		}
+		// Stopped first, so that a read from now on takes the system
+		// clock instead of a word no longer kept.
+		t.Stop()
+		c.slow.Store(0)
+		c.stopped.Store(true)
+		select {
+		case <-c.wake:
+		case <-c.stop:
+			return
+		}
+		c.now.Store(time.Now().UnixNano())
+		t.Reset(coarseResolution)
+		ticks, busy = 0, 0
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -112,6 +113,7 @@ type Main struct {
 	list     bool
 	caches   string
 	shards   string
+	cpuprof  string
 
 	progress *lab.Progress
 }
@@ -128,6 +130,7 @@ func (m *Main) ParseFlags(args []string) int {
 	fs.BoolVar(&m.list, "list", false, "list the scenarios and exit")
 	fs.StringVar(&m.caches, "caches", "", "fleet-idle's idle Cache counts, comma-separated, in order (default 1,10,50,200)")
 	fs.StringVar(&m.shards, "shards", "", "fleet-idle's Cluster sizes in primaries (each with one replica), comma-separated (default 3,30)")
+	fs.StringVar(&m.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (every mode, the lab's own work included) to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -201,6 +204,22 @@ func (m *Main) Run(ctx context.Context) int {
 			fmt.Fprintf(m.Stdout, "%-24s %s\n%-24s (%s)\n", s.Name, s.Summary, "", state)
 		}
 		return 0
+	}
+	if m.cpuprof != "" {
+		f, err := os.Create(m.cpuprof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(m.Stderr, "holdfast-lab: -cpuprofile: %v\n", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(m.Stderr, "holdfast-lab: -cpuprofile: %v\n", err)
+			}
+		}()
 	}
 	var todo []lab.Scenario
 	if m.scenario == "all" {
