@@ -208,7 +208,9 @@ func (m *Main) Run(ctx context.Context) int {
 	if m.cpuprof != "" {
 		f, err := os.Create(m.cpuprof)
 		if err == nil {
-			err = pprof.StartCPUProfile(f)
+			if err = pprof.StartCPUProfile(f); err != nil {
+				f.Close()
+			}
 		}
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "holdfast-lab: -cpuprofile: %v\n", err)
