@@ -285,13 +285,18 @@ func probeWrite(ctx context.Context, rd Reader) error {
 	return fmt.Errorf("no probe write for %T", rd)
 }
 
-// p99 returns the 99th percentile of ds in milliseconds, sorting ds.
+// p99 returns the 99th percentile of ds in milliseconds (quantile's
+// nearest rank), false when ds is empty.
 func p99(ds []time.Duration) (float64, bool) {
 	if len(ds) == 0 {
 		return 0, false
 	}
-	slices.Sort(ds)
-	return ms(ds[(len(ds)*99-1)/100]), true
+	sorted := make([]float64, len(ds))
+	for i, d := range ds {
+		sorted[i] = ms(d)
+	}
+	slices.Sort(sorted)
+	return quantile(sorted, 0.99), true
 }
 
 // killPrimary kills the group's primary.
