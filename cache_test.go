@@ -565,6 +565,33 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 	})
 }
 
+// While an invalidation's delete waits for its replay, the key's watermark
+// is what keeps the tier's old value from being read here: a value loaded
+// after the invalidation is read from the tier as any other.
+func TestPendingDeleteReadsValuesLoadedAfterIt(t *testing.T) {
+	shared := inmem.New(nil)
+	c := newCache(t, holdfast.Options{Shared: shared, ReplayInterval: time.Hour})
+	ns := newNS(t, c, "product", holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}})
+	l := &countingLoader{}
+	mustGet(t, ns, "p1", l.Load)
+	settle(t, ns, "p1")
+	shared.Fail(inmem.ErrInjected)
+	if err := ns.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatalf("invalidate during an outage: %v, want nil (queued)", err)
+	}
+	shared.Fail(nil)
+	if res := mustGet(t, ns, "p1", l.Load); res.Source != holdfast.SourceLoaded || string(res.Value) != "v2:p1" {
+		t.Fatalf("the old value still in the tier: %q from %v, want v2:p1 loaded", res.Value, res.Source)
+	}
+	settle(t, ns, "p1")
+	if res := mustGet(t, ns, "p1", l.Load); res.Source != holdfast.SourceShared || string(res.Value) != "v2:p1" {
+		t.Fatalf("the value loaded since: %q from %v, want v2:p1 from the shared tier", res.Value, res.Source)
+	}
+	if st := ns.Stats(); st.Get("pending_deletes") != 1 || st.Get("superseded_reads") != 1 || l.calls.Load() != 2 {
+		t.Fatalf("pending %d, superseded %d, loads %d; want 1, 1, 2", st.Get("pending_deletes"), st.Get("superseded_reads"), l.calls.Load())
+	}
+}
+
 func TestHotTierNeverPastSoft(t *testing.T) {
 	clk := fakeclock.New(t0)
 	shared := inmem.New(clk.Now)

@@ -52,6 +52,18 @@
 // queued and announced when it is replayed, as soon as that process hears
 // the stream again: the same outage bound applies to it.
 //
+// What an invalidation leaves behind is one rule, the key's watermark: when
+// this process last invalidated the key, and when it last heard another
+// process do so. A copy loaded before it may predate the write it
+// announced. Read from the shared tier, such a copy is a miss, whichever
+// process invalidated (a node may not have taken the delete: a replica
+// behind, a failover, a delete still queued for replay). Held in memory, it
+// answers only a load that failed, within stale-if-error, when the
+// invalidation was another process's, and never once this process's own
+// Invalidate has returned (read-your-invalidations). A load under way when
+// its key is invalidated stores nothing (the stale-set guard), and keeps
+// its value only as such a fallback.
+//
 // Values are bytes at the bottom, wrapped in a versioned, checksummed
 // envelope (see tier.Entry); Typed adds a codec on top. Corrupt bytes from a shared
 // tier are a miss, never a panic.

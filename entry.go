@@ -25,11 +25,6 @@ type meta struct {
 	current  int64
 	costUsec uint32
 	negative bool
-	// demoted is set on a last-known-good copy another process's
-	// invalidation superseded (stream.go): a fallback for a failed load
-	// within its stale-if-error window, never served as current. It never
-	// leaves the process.
-	demoted bool
 	// ver is the key's version (Coordinator.Version) plus one when this
 	// process loaded the value having read that version first; 0 when it is
 	// not known (a value read from the shared tier). It never leaves the

@@ -33,12 +33,6 @@ type flight struct {
 	// all (the "stale set" race).
 	storeMu     sync.Mutex
 	invalidated bool
-	// fallbackOnly is set, under storeMu, when only other processes'
-	// invalidations overtook the flight: its value may not be stored as
-	// current, but it may be kept as a fallback for a failed load, as a
-	// copy such an invalidation finds in last-known-good is. This
-	// process's own Invalidate clears it: read-your-invalidations.
-	fallbackOnly bool
 
 	// published is written only by the flight's own goroutine, under mu;
 	// that goroutine reads it without the lock, waiters under it.
@@ -150,8 +144,7 @@ func (f *flight) ready(ch *chan struct{}, set *bool) <-chan struct{} {
 }
 
 // beginStore takes the store lock and reports whether the flight may still
-// store; endStore must be called after either way. When it may not,
-// f.fallbackOnly says whether its value may be kept as a fallback.
+// store; endStore must be called after either way.
 func (f *flight) beginStore() bool {
 	f.storeMu.Lock()
 	return !f.invalidated
@@ -220,14 +213,7 @@ func (g *flightGroup) done(key string, f *flight) {
 // invalidate detaches the flight for key, if any, and marks it so that it
 // stores nothing. It returns after any store the flight had begun is over.
 // Readers that arrive afterwards start a new flight.
-func (g *flightGroup) invalidate(key string) { g.overtake(key, false) }
-
-// invalidateElsewhere is invalidate for another process's invalidation:
-// the flight's value may still be kept as a fallback (flight.fallbackOnly)
-// unless this process's own invalidation overtakes it too.
-func (g *flightGroup) invalidateElsewhere(key string) { g.overtake(key, true) }
-
-func (g *flightGroup) overtake(key string, elsewhere bool) {
+func (g *flightGroup) invalidate(key string) {
 	sh := g.shard(key)
 	sh.mu.Lock()
 	f := sh.m[key]
@@ -235,7 +221,6 @@ func (g *flightGroup) overtake(key string, elsewhere bool) {
 	sh.mu.Unlock()
 	if f != nil {
 		f.storeMu.Lock()
-		f.fallbackOnly = elsewhere && (f.fallbackOnly || !f.invalidated)
 		f.invalidated = true
 		f.storeMu.Unlock()
 	}

@@ -12,10 +12,9 @@ import (
 
 // pendingDeletes holds a namespace's invalidations whose shared-tier delete
 // failed or was skipped by an open breaker. They are replayed until the tier
-// takes them; meanwhile this process reads the shared tier's copy of such a
-// key as a miss, so the old value is never served from it here (without
-// the replay, an eviction that fails during an outage leaves an old value
-// until its TTL).
+// takes them (without the replay, an eviction that fails during an outage
+// leaves an old value until its TTL); meanwhile the key's watermark keeps
+// the tier's older copy from being read here.
 //
 // The set is bounded and deduplicated; each key keeps a sequence number so a
 // replay that raced a newer invalidation of the same key does not forget it.
@@ -40,16 +39,6 @@ func (p *pendingDeletes) add(key string, max int) bool {
 	p.keys[key] = p.seq
 	p.n.Store(int64(len(p.keys)))
 	return true
-}
-
-func (p *pendingDeletes) has(key string) bool {
-	if p.n.Load() == 0 {
-		return false
-	}
-	p.mu.Lock()
-	_, ok := p.keys[key]
-	p.mu.Unlock()
-	return ok
 }
 
 // batch returns up to max pending keys with their sequence numbers.
@@ -135,82 +124,121 @@ func (n *Namespace) replayPending(ctx context.Context) {
 	n.c.logger().Info("holdfast: replayed invalidations", "namespace", n.name, "keys", len(keys))
 }
 
-// recentInvalidations remembers when this process invalidated each key, so
-// that a shared-tier value loaded before that moment reads as a miss here:
-// read-your-invalidations holds in the invalidating process even when a
-// Redis node answers from data that never saw the invalidation (a demoted
-// primary after a failover, a write lost in a takeover). Entries last the
-// longest lifetime a value may have plus its longest stale-if-error window
-// (supersedeWindow), after which such a value is past every
-// window it could be served in; at most maxRecentInvalidations are kept,
-// the oldest forgotten first.
-type recentInvalidations struct {
-	n     atomic.Int64 // entries in at; read without the lock on the read path
-	at    sync.Map     // key -> int64, Unix nanoseconds of the invalidation
-	mu    sync.Mutex   // orders queue and the deletes from at
-	queue []invalidated
+// watermarks holds each key's invalidation watermark: when this process
+// last invalidated it (own) and when it last heard another process do so
+// (other), in Unix nanoseconds. A copy whose origin is before a watermark
+// may predate the write the invalidation announced (grade): read from the
+// shared tier it is a miss, whichever process invalidated, since a Redis
+// node can answer from data that never saw the delete (a demoted primary
+// after a failover, a write lost in a takeover, a delete still queued for
+// replay); in memory it is a fallback for a failed load when the
+// invalidation was another process's, and never served after this
+// process's own (read-your-invalidations). A watermark lasts the longest
+// lifetime a value may have plus its longest stale-if-error window
+// (supersedeWindow), past which every copy it superseded is past every
+// window it could be served in; at most maxWatermarks are kept, the
+// oldest forgotten first.
+type watermarks struct {
+	at    sync.Map   // key -> watermark
+	mu    sync.Mutex // orders queue and the writes to at
+	queue []marked
 	head  int // queue[:head] is forgotten
 }
 
-type invalidated struct {
+type watermark struct{ own, other int64 }
+
+func (w watermark) last() int64 { return max(w.own, w.other) }
+
+type marked struct {
 	key string
-	at  int64
+	w   watermark
 }
 
-const maxRecentInvalidations = 1 << 16
+const maxWatermarks = 1 << 16
 
-// add records that key was invalidated at at, and forgets entries older
-// than window (or past the bound).
-func (r *recentInvalidations) add(key string, at, window int64) {
+// grade is what a copy of a key may be used for against its watermark.
+type grade uint8
+
+const (
+	gradeCurrent  grade = iota
+	gradeFallback       // only another process's invalidation is newer: a failed load's fallback
+	gradeNone           // this process's own invalidation is newer: never served
+)
+
+// raise moves key's watermark up to up, and forgets entries older than
+// window or past the bound, calling forgotten for each.
+func (r *watermarks) raise(key string, up watermark, window int64, forgotten func(string, watermark)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, loaded := r.at.Swap(key, at); !loaded {
-		r.n.Add(1)
-	}
-	r.queue = append(r.queue, invalidated{key, at})
-	for r.head < len(r.queue) && (len(r.queue)-r.head > maxRecentInvalidations || r.queue[r.head].at < at-window) {
+	v, _ := r.at.Load(key)
+	w, _ := v.(watermark)
+	w = watermark{max(w.own, up.own), max(w.other, up.other)}
+	r.at.Store(key, w)
+	r.queue = append(r.queue, marked{key, w})
+	for r.head < len(r.queue) && (len(r.queue)-r.head > maxWatermarks || r.queue[r.head].w.last() < w.last()-window) {
 		old := r.queue[r.head]
-		if r.at.CompareAndDelete(old.key, old.at) {
-			r.n.Add(-1)
+		if r.at.CompareAndDelete(old.key, old.w) {
+			forgotten(old.key, old.w)
 		}
-		r.queue[r.head] = invalidated{}
+		r.queue[r.head] = marked{}
 		r.head++
 	}
 	// Forgotten entries are cut off once they are half the queue, so that
-	// a full queue costs each add a constant, not a copy of the queue.
+	// a full queue costs each raise a constant, not a copy of the queue.
 	if r.head > len(r.queue)/2 {
 		r.queue = append(r.queue[:0:0], r.queue[r.head:]...)
 		r.head = 0
 	}
 }
 
-// supersedes reports whether a value of key loaded at origin predates this
-// process's invalidation of key within window of now.
-func (r *recentInvalidations) supersedes(key string, origin, now, window int64) bool {
-	if r.n.Load() == 0 {
-		return false
+// grade grades a copy of key whose origin is origin at now.
+func (r *watermarks) grade(key string, origin, now, window int64) grade {
+	v, _ := r.at.Load(key)
+	w, ok := v.(watermark)
+	// Another process's time is another clock's, clamped to this one's
+	// when it was heard: a copy of that very instant may be older.
+	switch {
+	case !ok:
+	case origin < w.own && now-w.own < window:
+		return gradeNone
+	case origin <= w.other && now-w.other < window:
+		return gradeFallback
 	}
-	v, ok := r.at.Load(key)
-	if !ok {
-		return false
-	}
-	at := v.(int64)
-	return origin < at && now-at < window
+	return gradeCurrent
+}
+
+// grade grades a copy m of key at now against its watermark.
+func (n *Namespace) grade(key string, m *meta, now int64) grade {
+	return n.marks.grade(key, m.origin, now, n.supersedeWindow())
+}
+
+// raiseMark moves key's watermark up to up. A copy in last-known-good that
+// another process's invalidation left a fallback is dropped if the bound
+// forgets the watermark first: it would read as current again.
+func (n *Namespace) raiseMark(key string, up watermark) {
+	n.marks.raise(key, up, n.supersedeWindow(), func(key string, w watermark) {
+		if n.lkg != nil {
+			if m := n.lkg.Get(key, n.now()); m != nil && m.origin <= w.other {
+				n.lkg.Delete(key)
+			}
+		}
+	})
 }
 
 // Invalidate removes keys from this process's tiers and from the shared
 // tier, in one call to the shared tier. A load of a key that began before
 // Invalidate is not stored after it, and this process never again reads a
-// shared-tier value of the key loaded before it (read-your-invalidations).
+// value of the key loaded before it (read-your-invalidations: the key's
+// watermark).
 //
 // When the shared tier's delete fails or is skipped (an open breaker, an
 // ejected node), the local copies are dropped all the same and the deletes
-// are queued and replayed until the tier takes them; until then this process
-// reads the tier's copies of those keys as misses. Invalidate returns nil in
-// that case too. It returns an error only when the replay queue is full (the
-// delete of those keys is then lost for the shared tier: other processes may
-// serve the old values until their TTL), for a key that is too long, or
-// after Close.
+// are queued and replayed until the tier takes them; meanwhile this process
+// reads the tier's older copies of those keys as misses. Invalidate returns
+// nil in that case too. It returns an error only when the replay queue is
+// full (the delete of those keys is then lost for the shared tier: other
+// processes may serve the old values until their TTL), for a key that is
+// too long, or after Close.
 func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
 	if n.c.closed.Load() {
 		return ErrClosed
@@ -227,7 +255,7 @@ func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
 	at := n.c.clock.Now().UnixNano()
 	for _, key := range keys {
 		if n.c.opts.Shared != nil {
-			n.recent.add(key, at, n.supersedeWindow())
+			n.raiseMark(key, watermark{own: at})
 		}
 		// Flights in progress may hold a value read from the source before
 		// the caller's write: they must not store it anywhere.
@@ -286,8 +314,8 @@ func (n *Namespace) countSent(keys int) {
 	}
 }
 
-// supersedeWindow is how long an invalidation makes older shared-tier
-// values of its key read as misses in this process: past it, such a value
+// supersedeWindow is how long a watermark lasts: past it, a value older
+// than it
 // is past its hard time and stale-if-error window, the longest a loader
 // may set included.
 func (n *Namespace) supersedeWindow() int64 {

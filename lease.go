@@ -164,7 +164,7 @@ func (n *Namespace) serveHeldCurrent(f *flight, key string, ver version) {
 	}
 	now := n.exactNow()
 	m := n.lkg.Get(key, now)
-	if m == nil || m.negative || m.demoted || m.ver != ver.v+1 || now >= m.hard {
+	if m == nil || m.negative || m.ver != ver.v+1 || now >= m.hard || n.grade(key, m, now) != gradeCurrent {
 		return
 	}
 	if now >= m.soft {

@@ -153,7 +153,7 @@ func (n *Namespace) releaseReserved() {
 func (n *Namespace) allCanBeServedStale(js []*job) bool {
 	now := n.exactNow()
 	for _, j := range js {
-		if m, _ := n.bestStale(j.key, j.fallback, now); m == nil {
+		if m, _ := n.bestStale(j.key, j.fallback, now, gradeFallback); m == nil {
 			return false
 		}
 	}

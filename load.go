@@ -239,7 +239,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 	res, rerr := n.served(&m, SourceLoaded)
 	out = outcome{res, rerr}
 	if !f.beginStore() {
-		n.keepAsFallback(f, key, &m)
+		n.keepAsFallback(key, &m)
 		f.endStore()
 		n.ctr.inc(evDroppedStaleSet)
 		f.publish(res, rerr)
@@ -372,7 +372,7 @@ func (n *Namespace) failed(f *flight, key string, fallback *meta, err error) (Re
 // its hard time or its stale-if-error window.
 func (n *Namespace) stale(f *flight, key string, fallback *meta, why Reason) (Result, bool) {
 	now := n.exactNow()
-	best, src := n.bestStale(key, fallback, now)
+	best, src := n.bestStale(key, fallback, now, gradeFallback)
 	if best == nil {
 		return Result{}, false
 	}
@@ -389,7 +389,7 @@ func (n *Namespace) stale(f *flight, key string, fallback *meta, why Reason) (Re
 	res, _ := n.servedFor(best, src, why, now)
 	// Served because fresh data could not be had, the value is stale
 	// even within its soft time: a copy another process's invalidation
-	// demoted, say.
+	// left a fallback, say.
 	res.pastSoft = true
 	return res, true
 }
@@ -397,15 +397,16 @@ func (n *Namespace) stale(f *flight, key string, fallback *meta, why Reason) (Re
 // bestStale is the newest value of key still allowed at now when fresh
 // data cannot be had, and where it is: the shared tier's fallback
 // (SourceShared) or last-known-good (SourceMemory), within its
-// stale-if-error window; nil if none.
-func (n *Namespace) bestStale(key string, fallback *meta, now int64) (*meta, Source) {
+// stale-if-error window and graded at least worst by its watermark; nil if
+// none. (The other copy is older, and graded no better.)
+func (n *Namespace) bestStale(key string, fallback *meta, now int64, worst grade) (*meta, Source) {
 	best, src := fallback, SourceShared
 	if n.lkg != nil {
 		if m := n.lkg.Get(key, now); m != nil && (best == nil || m.origin > best.origin) {
 			best, src = m, SourceMemory
 		}
 	}
-	if best == nil || now >= n.staleUntil(best) {
+	if best == nil || now >= n.staleUntil(best) || n.grade(key, best, now) > worst {
 		return nil, 0
 	}
 	return best, src

@@ -105,8 +105,8 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 // spareBusyNode answers j from memory instead of the shared tier when the
 // tier sheds the read (tier.Leveler: the node that would serve it carries
 // more than its share) and this process holds a copy as good as the tier's:
-// a last-known-good copy within its soft time, neither demoted by an
-// invalidation nor a cached not-found, found current (loaded, or read from
+// a last-known-good copy within its soft time, current by its watermark
+// and not a cached not-found, found current (loaded, or read from
 // the shared tier) since the invalidation stream was last heard again and
 // with the stream heard now, so that no invalidation of it can have gone
 // by unheard. That is the guarantee a hot-tier copy has; a copy that lacks
@@ -117,10 +117,7 @@ func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 		return outcome{}, false
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.heardAll(m.currentAt()) ||
-		// An invalidation heard while this read began, not yet applied
-		// to the copy: the stream notes it before it demotes.
-		n.recent.supersedes(j.key, m.origin, now, n.supersedeWindow()) {
+	if m == nil || m.negative || now >= m.soft || !n.c.stream.heardAll(m.currentAt()) || n.grade(j.key, m, now) != gradeCurrent {
 		return outcome{}, false
 	}
 	if !n.c.caps.level.Shed(n.prefix + j.key) {
@@ -248,7 +245,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 		// served while within its hard time, so an
 		// outage costs one load per key per hard TTL, not one per read.
 		lm := n.lkg.Get(key, now)
-		if lm == nil || now >= lm.hard || lm.demoted {
+		if lm == nil || now >= lm.hard || n.grade(key, lm, now) != gradeCurrent {
 			break
 		}
 		// Without a shared tier, memory is the tier below the hot one:
@@ -287,14 +284,15 @@ func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus
 	return n.decodeLookup(key, tier.Lookup{Value: v, Found: found, Err: err})
 }
 
-// decodeLookup classifies the shared tier's answer for key. A key whose
-// invalidation has not reached the tier yet reads as a miss.
+// decodeLookup classifies the shared tier's answer for key. A value older
+// than the key's watermark reads as a miss: the tier may not have taken
+// the invalidation (a node that missed it, a delete queued for replay).
 func (n *Namespace) decodeLookup(key string, l tier.Lookup) (meta, tierStatus) {
 	switch {
 	case l.Err != nil:
 		n.countTierError(l.Err, evSharedError)
 		return meta{}, tierDown
-	case !l.Found || n.pending.has(key):
+	case !l.Found:
 		n.ctr.inc(evSharedMiss)
 		return meta{}, tierMiss
 	}
@@ -304,7 +302,7 @@ func (n *Namespace) decodeLookup(key string, l tier.Lookup) (meta, tierStatus) {
 		n.ctr.inc(evSharedMiss)
 		return meta{}, tierMiss
 	}
-	if n.recent.supersedes(key, m.origin, n.now(), n.supersedeWindow()) {
+	if n.grade(key, &m, n.now()) != gradeCurrent {
 		n.ctr.inc(evSuperseded)
 		n.ctr.inc(evSharedMiss)
 		return meta{}, tierMiss

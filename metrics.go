@@ -60,10 +60,10 @@ import (
 //	lease.gave_up         lease waits that ran out and loaded instead
 //	smeared.reads         shared-tier reads of hot keys sent to one of their copies
 //	smeared.writes        shared-tier writes of hot keys to all their copies
-//	superseded_reads      shared-tier values older than this process's own invalidation
+//	superseded_reads      shared-tier values older than their key's invalidation watermark
 //	invalidations.sent    keys invalidated here and announced to every process
 //	invalidations.heard   announcements of this namespace's keys heard, own included
-//	invalidations.applied other processes' announcements that dropped or demoted a copy
+//	invalidations.applied other processes' announcements that dropped a copy or left it a fallback
 //	revalidated           hot copies checked against the shared tier after a stream gap
 //	revalidation.dropped  of those, the copies dropped
 //	stream.unheard        milliseconds since the stream was last heard (a gauge)
@@ -203,10 +203,10 @@ var statTable = [...]stat{
 	counter("lease.gave_up", "{read}", "Lease waits that ran out (the holder died or was slow) and loaded instead.", evLeaseGaveUp),
 	counter("smeared.reads", "{read}", "Shared-tier reads of hot keys sent to one of their copies on another node (tier.Smearer).", evSmearedRead),
 	counter("smeared.writes", "{write}", "Shared-tier writes of hot keys to every one of their copies (tier.Smearer).", evSmearedWrite),
-	counter("superseded_reads", "{read}", "Shared-tier values older than this process's own invalidation of their key, read as misses (a node that missed the invalidation, as after a failover).", evSuperseded),
+	counter("superseded_reads", "{read}", "Shared-tier values older than an invalidation of their key made or heard here, read as misses (a node that missed the invalidation, as after a failover, or a delete still queued for replay).", evSuperseded),
 	counter("invalidations.sent", "{key}", "Keys this process invalidated in the shared tier, each announced to every process (invalidation stream).", evInvalidationSent),
 	counter("invalidations.heard", "{key}", "Announcements of this namespace's invalidations heard on the stream, this process's own included.", evInvalidationHeard),
-	counter("invalidations.applied", "{key}", "Other processes' announcements that dropped or demoted a copy held here.", evInvalidationApplied),
+	counter("invalidations.applied", "{key}", "Other processes' announcements that dropped a copy held here or left it a fallback.", evInvalidationApplied),
 	counter("revalidated", "{entry}", "Hot-tier copies checked against the shared tier after the stream was not heard for a while.", evRevalidated),
 	counter("revalidation.dropped", "{entry}", "Hot-tier copies the check dropped: the shared tier no longer held the same load.", evRevalidationDropped),
 	gauge("stream.unheard", "ms", "Time since the invalidation stream was last heard; 0 while it is heard, or without a stream.", func(n *Namespace) uint64 {

@@ -33,7 +33,7 @@ type Namespace struct {
 	reserved *limiter
 	ctr      *counters
 	pending  pendingDeletes
-	recent   recentInvalidations
+	marks    watermarks
 	coord    tier.Coordinator // the shared tier, when it coordinates processes
 	hotKeys  *hotkey.Detector // non-nil with hotDetected, or a smearing shared tier
 	// hotDetected is set when only the keys found hot enter the hot tier

@@ -16,18 +16,17 @@ import (
 //
 // A copy is written back only if no invalidation can have passed it
 // unheard here:
-//   - in last-known-good, neither demoted by another process's
-//     invalidation nor a cached not-found, and before its soft time (past
-//     it, the key loads as it would have);
+//   - in last-known-good, not a cached not-found, and before its soft
+//     time (past it, the key loads as it would have);
 //   - found current (loaded, or read from the tier) while the invalidation
 //     stream was heard: in the heard period now, or in the one before the
 //     latest gap, ended or not, well before its last heartbeat
 //     (streamState.refillable). An invalidation missed here was then made
 //     in that one gap, which the outage that emptied the node is;
-//   - not invalidated here since (pending replays, recent invalidations)
-//     and its flight not overtaken by an invalidation, checked under the
-//     flight's store lock, which is held across the write-back as a load's
-//     write holds it.
+//   - current by its key's watermark (no invalidation made or heard here
+//     since its origin) and its flight not overtaken by an invalidation,
+//     checked under the flight's store lock, which is held across the
+//     write-back as a load's write holds it.
 //
 // An emptied node has lost the keys' versions with their values, so the
 // stale-set guard's compare-and-set proves nothing there. The write-back
@@ -36,11 +35,12 @@ import (
 // invalidation that reaches the node before it (one made after the
 // restart, or replayed by a process that could not reach the node during
 // the outage) refuses it and the key loads; one that reaches the node
-// after it deletes it and is announced, which demotes the copy here. What
-// it cannot see is an invalidation the node took, and lost with its data,
-// while this process no longer heard it (doc/across-processes.md). Of
-// several processes writing the same key back, one lands and the others
-// are handed its value: one write-back per key.
+// after it deletes it and is announced, which makes the copy here a
+// fallback. What it cannot see is an invalidation the node took, and lost
+// with its data, while this process no longer heard it
+// (doc/across-processes.md). Of several processes writing the same key
+// back, one lands and the others are handed its value: one write-back per
+// key.
 
 // pickRefill sets j.refill to the copy in memory that job j, which missed
 // in the shared tier, may write back instead of loading, if it has one.
@@ -61,8 +61,7 @@ func (n *Namespace) refillCopy(j *job, now int64) *meta {
 		return nil
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.demoted || m.negative || now >= m.soft || !n.c.stream.refillable(m.currentAt()) ||
-		n.pending.has(j.key) || n.recent.supersedes(j.key, m.origin, now, n.supersedeWindow()) {
+	if m == nil || m.negative || now >= m.soft || !n.c.stream.refillable(m.currentAt()) || n.grade(j.key, m, now) != gradeCurrent {
 		return nil
 	}
 	return m
@@ -149,7 +148,7 @@ func (n *Namespace) writeBack(j *job) {
 		// value was counted when the lookup read it, if it was there
 		// then (corrupt bytes, say): it is not counted again.
 		hm, err := decodeMeta(held)
-		if err != nil || n.recent.supersedes(j.key, hm.origin, now, n.supersedeWindow()) {
+		if err != nil || n.grade(j.key, &hm, now) != gradeCurrent {
 			return
 		}
 		if now < hm.soft || hm.negative && now < hm.hard {

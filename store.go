@@ -47,7 +47,7 @@ func (n *Namespace) newEntry(val []byte, origin int64, cost time.Duration, negat
 // tiers, unless the key was invalidated after the flight began.
 func (n *Namespace) storeLocal(f *flight, key string, m *meta, now int64) {
 	if !f.beginStore() {
-		n.keepAsFallback(f, key, m)
+		n.keepAsFallback(key, m)
 		f.endStore()
 		n.ctr.inc(evDroppedStaleSet)
 		return
@@ -72,7 +72,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 		// This process's own invalidations delete the entry first.
 		old := n.lkg.Get(key, now)
 		switch {
-		case old != nil && m.origin == old.origin && !old.demoted && m.current > old.currentAt() &&
+		case old != nil && m.origin == old.origin && m.current > old.currentAt() &&
 			old.currentAt() < n.c.stream.resumedAt.Load():
 			// The same load, found current again after a gap in the
 			// invalidation stream: it may answer for a busy node again
@@ -100,25 +100,23 @@ func (n *Namespace) putHot(key string, m *meta, held, now int64) {
 	}
 }
 
-// keepAsFallback keeps the value of a flight that only other processes'
-// invalidations overtook (f.fallbackOnly; f.storeMu is held) in
-// last-known-good, demoted: never served as current, but a failed load
-// within its stale-if-error window gets it, as it gets a copy such an
-// invalidation found there. Its readers were served it, and it may well be
-// the value the invalidation announced (a load that read the source after
-// the write): dropping it turned a database failure into errors for a key
-// this process had just loaded. A newer copy there is kept.
-func (n *Namespace) keepAsFallback(f *flight, key string, m *meta) {
-	if !f.fallbackOnly || n.lkg == nil || m.negative {
+// keepAsFallback keeps the value of a flight that an invalidation overtook
+// (f.storeMu is held) in last-known-good when its watermark leaves it a
+// fallback (another process's invalidation only): a failed load within its
+// stale-if-error window gets it, as it gets a copy such an invalidation
+// found there. Its readers were served it, and it may well be the value the
+// invalidation announced (a load that read the source after the write):
+// dropping it turned a database failure into errors for a key this process
+// had just loaded. A newer copy there is kept.
+func (n *Namespace) keepAsFallback(key string, m *meta) {
+	if n.lkg == nil || m.negative {
 		return
 	}
 	now := n.exactNow()
-	if old := n.lkg.Get(key, now); old != nil && old.origin >= m.origin {
+	if old := n.lkg.Get(key, now); n.grade(key, m, now) != gradeFallback || old != nil && old.origin >= m.origin {
 		return
 	}
-	d := *m
-	d.demoted = true
-	n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d), now)
+	n.lkg.Set(key, *m, local.SizeClass(cap(m.raw)), n.staleUntil(m), now)
 }
 
 // admitHot reports whether key may enter the hot tier now.

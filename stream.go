@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/holdfast-dev/holdfast/internal/local"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -16,10 +15,10 @@ import (
 // own copy expires: the hot tier's copy of a key lives up to Hot.TTL (a
 // minute by default), and the hot tier holds exactly the keys with the most
 // readers. With one, every invalidation is announced, and each process drops
-// its hot copy of the key as it hears the announcement, demotes its
-// last-known-good copy to a fallback for stale-if-error only, and reads
-// older shared-tier values of the key as misses (a replica behind its
-// primary may still hold one).
+// its hot copy of the key as it hears the announcement and raises the key's
+// watermark (invalidation.go): its older last-known-good copy is then a
+// fallback for stale-if-error only, and older shared-tier values of the key
+// read as misses (a replica behind its primary may still hold one).
 //
 // A stream can break (a disconnect, a frozen server, a failover), and a
 // process cannot hear what it missed. It does not flush then: its hot tier
@@ -177,31 +176,27 @@ func (c *Cache) namespaceList() []*Namespace {
 }
 
 // invalidatedElsewhere applies another process's invalidation of key, made
-// at at by its clock.
+// at at by its clock: the hot copy goes, and the key's watermark leaves
+// older copies a fallback for a failed load, within the stale-if-error
+// window they had, never again served as current.
 func (n *Namespace) invalidatedElsewhere(key string, at int64) {
 	now := n.exactNow()
 	// A clock ahead of this one must not supersede loads made after the
 	// announcement was heard.
 	at = min(at, now)
-	n.recent.add(key, at, n.supersedeWindow())
+	applied := false // a copy held here dropped, or left a fallback
+	if n.lkg != nil {
+		m := n.lkg.Get(key, now)
+		applied = m != nil && m.origin <= at && n.grade(key, m, now) == gradeCurrent
+	}
+	n.raiseMark(key, watermark{other: at})
 	// A flight under way may have read the old value: it must not store it
-	// as current (it may keep it as a fallback, as below).
-	n.flights.invalidateElsewhere(key)
+	// as current (store.go keeps it as a fallback).
+	n.flights.invalidate(key)
 	n.forgetLoadFailure(key)
-	applied := false
 	if n.hot != nil && n.hot.Get(key, now) != nil {
 		n.hot.Delete(key)
 		applied = true
-	}
-	if n.lkg != nil {
-		// Kept as a fallback for a failed load, within the stale-if-error
-		// window it had, but never again served as current.
-		if m := n.lkg.Get(key, now); m != nil && m.origin <= at && !m.demoted {
-			d := *m
-			d.demoted = true
-			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(m), now)
-			applied = true
-		}
 	}
 	if applied {
 		n.ctr.inc(evInvalidationApplied)
@@ -304,11 +299,11 @@ func (n *Namespace) warmStart(sharer tier.HotSharer) {
 		}
 		now := n.exactNow()
 		for i, l := range ls {
-			if l.Err != nil || !l.Found || n.pending.has(batch[i]) {
+			if l.Err != nil || !l.Found {
 				continue
 			}
 			m, err := decodeMeta(l.Value)
-			if err != nil || m.negative || now >= m.soft || n.recent.supersedes(batch[i], m.origin, now, n.supersedeWindow()) {
+			if err != nil || m.negative || now >= m.soft || n.grade(batch[i], &m, now) != gradeCurrent {
 				continue
 			}
 			n.putLocal(batch[i], &m, now)

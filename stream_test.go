@@ -229,29 +229,79 @@ func newListeningNS(t *testing.T, opts holdfast.Options, p holdfast.Policy) *hol
 	return newNS(t, c, "product", p)
 }
 
-// A demoted copy keeps the stale-if-error window it had: a failed load
-// past its hard time, within hard + StaleIfError, still gets it, however
-// long before that another process invalidated it.
-func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
-	clk := fakeclock.New(t0)
-	shared := inmem.New(clk.Now)
-	src := &source{}
+// fallbackPair is two processes hearing one stream, on one fake clock,
+// whose values live 1 s and may serve a failed load 10 s past that, with no
+// hot tier: what b's failed load gets is its last-known-good copy.
+type fallbackPair struct {
+	clk    *fakeclock.Clock
+	shared *inmem.Tier
+	src    *source
+	a, b   *holdfast.Namespace
+}
+
+func newFallbackPair(t *testing.T) *fallbackPair {
+	fp := &fallbackPair{clk: fakeclock.New(t0), src: &source{}}
+	fp.shared = inmem.New(fp.clk.Now)
 	p := holdfast.Policy{TTL: time.Second, StaleIfError: 10 * time.Second, Hot: holdfast.HotPolicy{MaxBytes: -1}}
-	a := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
-	b := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
-	mustGet(t, b, "p1", src.Load)
-	src.update("p1")
-	if err := a.Invalidate(context.Background(), "p1"); err != nil {
+	fp.a = newListeningNS(t, holdfast.Options{Shared: fp.shared, Clock: fp.clk}, p)
+	fp.b = newListeningNS(t, holdfast.Options{Shared: fp.shared, Clock: fp.clk}, p)
+	return fp
+}
+
+// heardOnB updates p1 and invalidates it from a, until b has applied it.
+func (fp *fallbackPair) heardOnB(t *testing.T) {
+	t.Helper()
+	applied := fp.b.Stats().Get("invalidations.applied")
+	fp.src.update("p1")
+	if err := fp.a.Invalidate(context.Background(), "p1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b to hear it", func() bool { return b.Stats().Get("invalidations.applied") == 1 })
-	clk.Advance(10500 * time.Millisecond) // past hard (1 s), within hard + 10 s
-	shared.Fail(inmem.ErrInjected)
-	src.fail(errors.New("db down"))
-	res, err := b.Get(context.Background(), "p1", src.Load)
-	if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) || string(res.Value) != "p1@0" {
-		t.Fatalf("10.5 s on, shared tier and source down: %q from %v (%v), want p1@0 stale-on-error", res.Value, res.Source, err)
+	eventually(t, "b to hear it", func() bool { return fp.b.Stats().Get("invalidations.applied") == applied+1 })
+}
+
+// wantFallback reads p1 from b with the shared tier and the source down,
+// and wants want, stale-on-error from memory.
+func (fp *fallbackPair) wantFallback(t *testing.T, want, when string) {
+	t.Helper()
+	fp.shared.Fail(inmem.ErrInjected)
+	fp.src.fail(errors.New("db down"))
+	res, err := fp.b.Get(context.Background(), "p1", fp.src.Load)
+	if err != nil || !answered(res, holdfast.SourceMemory, holdfast.ReasonSourceFailed, true) || string(res.Value) != want {
+		t.Fatalf("%s, shared tier and source down: %q from %v (%v), want %s stale-on-error", when, res.Value, res.Source, err, want)
 	}
+}
+
+// A copy another process's invalidation left a fallback keeps the
+// stale-if-error window it had: a failed load past its hard time, within
+// hard + StaleIfError, still gets it, however long before that another
+// process invalidated it.
+func TestDemotedLastKnownGoodKeepsItsStaleIfErrorWindow(t *testing.T) {
+	fp := newFallbackPair(t)
+	mustGet(t, fp.b, "p1", fp.src.Load)
+	fp.heardOnB(t)
+	fp.clk.Advance(10500 * time.Millisecond) // past hard (1 s), within hard + 10 s
+	fp.wantFallback(t, "p1@0", "10.5 s on")
+}
+
+// A key's watermark keeps this process's own invalidation and another's
+// apart: a copy loaded after this process invalidated the key, and before
+// another process did, is a fallback for a failed load, not dropped.
+func TestCopyBetweenOwnAndHeardInvalidationIsAFallback(t *testing.T) {
+	fp := newFallbackPair(t)
+	mustGet(t, fp.b, "p1", fp.src.Load)
+	fp.src.update("p1")
+	fp.clk.Advance(time.Millisecond)
+	if err := fp.b.Invalidate(context.Background(), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	fp.clk.Advance(time.Millisecond)
+	if res := mustGet(t, fp.b, "p1", fp.src.Load); string(res.Value) != "p1@1" {
+		t.Fatalf("after b's own invalidation: %q, want p1@1", res.Value)
+	}
+	settle(t, fp.b, "p1")
+	fp.clk.Advance(time.Millisecond)
+	fp.heardOnB(t)
+	fp.wantFallback(t, "p1@1", "after both invalidations")
 }
 
 // A hot copy whose load's write to the shared tier is still on its way when

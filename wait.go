@@ -25,8 +25,10 @@ import (
 // with the copy itself, before any wait: the shared tier down (lookup's
 // last-known-good), the key's source in backoff, the limiter full, another
 // process's lease on a key this process holds current (load.go, lease.go).
-// A copy that another process's invalidation superseded answers only a
-// load that failed.
+// Every copy is graded against its key's invalidation watermark
+// (invalidation.go): one older than another process's invalidation answers
+// only a load that failed, and one older than this process's own never
+// answers.
 
 // stage is what a flight waits on, which sets its readers' deadline.
 type stage uint8
@@ -38,8 +40,8 @@ const (
 
 // toLoad moves j's flight to the load stage, with the copy its readers may
 // take at the stage's deadline: the one stale-if-error would serve if the
-// load failed, unless another process's invalidation superseded it (a
-// slow source is still answering).
+// load failed, if its watermark grades it current (a slow source is still
+// answering).
 func (n *Namespace) toLoad(j *job) {
 	if j.refill != nil {
 		return // still reading: the write-back first (refill.go)
@@ -47,10 +49,7 @@ func (n *Namespace) toLoad(j *job) {
 	var m *meta
 	var src Source
 	if n.p.SlowLoadGrace > 0 {
-		m, src = n.bestStale(j.key, j.fallback, n.exactNow())
-		if m != nil && m.demoted {
-			m = nil
-		}
+		m, src = n.bestStale(j.key, j.fallback, n.exactNow(), gradeCurrent)
 	}
 	j.f.setStage(stageLoad, m, src)
 }
@@ -194,12 +193,12 @@ func (n *Namespace) takeCopy(f *flight, key string, st stage, m *meta, src Sourc
 // fromMemory returns the last-known-good value of key that a slow shared
 // read may be answered with at now, or nil: one within its hard time, or,
 // while the tier is failing, one past it within its stale-if-error window.
-// A copy another process's invalidation demoted is not current, and a
-// cached not-found is never served past its time.
+// A copy older than the key's watermark is not current, and a cached
+// not-found is never served past its time.
 func (n *Namespace) fromMemory(key string, now int64) *meta {
 	m := n.lkg.Get(key, now)
 	switch {
-	case m == nil || m.demoted || m.negative:
+	case m == nil || m.negative || n.grade(key, m, now) != gradeCurrent:
 		return nil
 	case now < m.hard:
 		return m
