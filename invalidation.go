@@ -19,7 +19,7 @@ import (
 // The set is bounded and deduplicated; each key keeps a sequence number so a
 // replay that raced a newer invalidation of the same key does not forget it.
 type pendingDeletes struct {
-	n    atomic.Int64 // len(keys), read without the lock on the read path
+	n    atomic.Int64 // len(keys), read without the lock (replay, Stats)
 	mu   sync.Mutex
 	keys map[string]uint64
 	seq  uint64
