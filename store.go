@@ -109,14 +109,11 @@ func (n *Namespace) putHot(key string, m *meta, held, now int64) {
 // dropping it turned a database failure into errors for a key this process
 // had just loaded. A newer copy there is kept.
 func (n *Namespace) keepAsFallback(key string, m *meta) {
-	if n.lkg == nil || m.negative {
-		return
+	if now := n.exactNow(); n.lkg != nil && !m.negative && n.grade(key, m, now) == gradeFallback {
+		if old := n.lkg.Get(key, now); old == nil || old.origin < m.origin {
+			n.lkg.Set(key, *m, local.SizeClass(cap(m.raw)), n.staleUntil(m), now)
+		}
 	}
-	now := n.exactNow()
-	if old := n.lkg.Get(key, now); n.grade(key, m, now) != gradeFallback || old != nil && old.origin >= m.origin {
-		return
-	}
-	n.lkg.Set(key, *m, local.SizeClass(cap(m.raw)), n.staleUntil(m), now)
 }
 
 // admitHot reports whether key may enter the hot tier now.
