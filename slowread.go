@@ -122,11 +122,12 @@ func (n *Namespace) slowReadDelay() time.Duration {
 // tier has answered none of the reads waiting on it for passOverFactor
 // times the slow-read delay (a freeze, a cut network), and this process
 // holds no value the read could be answered with from memory. Such a read
-// would otherwise wait the tier's whole read budget, as each read did
-// until the tier's breaker opened; it goes to the loader at once instead,
-// as if the breaker had bypassed it, while the reads already sent wait
-// their budget out and tell the breaker. A tier that answers, however
-// slowly, is read as before.
+// would otherwise wait the tier's whole read budget, as each read does
+// until the tier's breaker opens, which no tier's can before a read has
+// waited its budget out (a standalone Redis's, not before two PINGs more);
+// it goes to the loader at once instead, as if the breaker had bypassed
+// it, while the reads already sent wait their budget out and tell the
+// breaker. A tier that answers, however slowly, is read as before.
 func (n *Namespace) passOver(key string, now int64) bool {
 	return n.p.SlowReadGrace > 0 &&
 		n.c.shared.stalled(now, passOverFactor*n.slowReadDelay()) &&

@@ -132,7 +132,15 @@ func TestSlowReadFrozenRedis(t *testing.T) {
 	if res, d := timedGet("a"); !fromMemoryFor(res, holdfast.ReasonTierSlow) || string(res.Value) != "newer-a" || d > fast {
 		t.Fatalf("frozen again: %q from %v after %v; want the thawed read's newer-a from memory", res.Value, res.Source, d)
 	}
-	// Without a value in memory a read waits for Redis, as before.
+	// A read with nothing in memory, sent once Redis has answered none of
+	// the reads waiting on it for four slow-read delays, skips it and
+	// loads at once: the breaker cannot open before the first read's
+	// budget is out, and meanwhile each such read would wait its own.
+	time.Sleep(5 * healthyGrace)
+	if res, d := timedGet("cold3"); res.Source != holdfast.SourceLoaded || d > fast {
+		t.Fatalf("frozen, breaker %v, nothing in memory: from %v after %v; want a load within %v", rp.tier.Stats().BreakerState, res.Source, d, fast)
+	}
+	// The first read, sent before the freeze was seen, waits for Redis.
 	if c := <-cold; c.res.Source != holdfast.SourceLoaded || c.d < slowReadBudget*9/10 {
 		t.Fatalf("frozen, nothing in memory: from %v after %v; want a load after the %v budget", c.res.Source, c.d, slowReadBudget)
 	}
