@@ -65,7 +65,7 @@ func (t *Tier) primaryGet(ctx context.Context, gen uint64, key, full string) ([]
 
 // beginRead is begin for a read of key, counting a refusal.
 func (t *Tier) beginRead(ctx context.Context, key string) (uint64, error) {
-	gen, err := t.begin(ctx)
+	gen, err := t.beginReads(ctx)
 	if err != nil {
 		if errors.Is(err, tier.ErrBypassed) {
 			t.stats.bypassed.add(1)
@@ -75,6 +75,22 @@ func (t *Tier) beginRead(ctx context.Context, key string) (uint64, error) {
 		return 0, fmt.Errorf("redis tier get %q: %w", key, err)
 	}
 	return gen, nil
+}
+
+// beginReads is begin for a read. While a timeout is being judged (the
+// PING of confirm is out) a read is bypassed, as while the breaker is
+// open, without telling the breaker: a read sent then to a frozen server
+// would wait its whole budget, and one already did. Writes and deletes
+// still go, so that an invalidation is not queued for a server that turns
+// out to be only late.
+func (t *Tier) beginReads(ctx context.Context) (uint64, error) {
+	if t.judging.Load() {
+		if t.closed.Load() {
+			return 0, errClosed
+		}
+		return 0, tier.ErrBypassed
+	}
+	return t.begin(ctx)
 }
 
 // getResult turns one GET reply into the tier's tri-state answer and counts
@@ -178,7 +194,7 @@ func (d *tierDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup,
 	for _, g := range groups {
 		sent += len(g.keys)
 	}
-	gen, err := t.begin(ctx)
+	gen, err := t.beginReads(ctx)
 	if err != nil {
 		if errors.Is(err, tier.ErrBypassed) {
 			c.bypassed.add(sent)

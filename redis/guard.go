@@ -106,8 +106,9 @@ func (t *Tier) end(ctx context.Context, gen uint64, err error) {
 // one: well past what a saturated host's scheduler delays a live server
 // or this process (tens of milliseconds, a few hundred at worst), and
 // short beside PingTimeout, which closes a frozen server's connections
-// after one to two seconds. Readers do not wait for it: the Cache answers
-// them from memory once the tier stalls (SlowReadGrace).
+// after one to two seconds. Readers do not wait for it: reads are
+// bypassed while it is out (beginRead), so a frozen server costs one
+// read its budget, not every read until the breaker opens.
 const silentConfirm = 250 * time.Millisecond
 
 // confirm settles a timed-out call in generation gen once the server has
@@ -121,6 +122,7 @@ const silentConfirm = 250 * time.Millisecond
 func (t *Tier) confirm(gen uint64) {
 	t.confirmMu.Lock()
 	t.confirming = append(t.confirming, gen)
+	t.judging.Store(true)
 	if len(t.confirming) > 1 {
 		t.confirmMu.Unlock()
 		return
@@ -157,6 +159,7 @@ func (t *Tier) settleConfirmed(o breaker.Outcome) {
 	t.confirmMu.Lock()
 	gens := t.confirming
 	t.confirming = nil
+	t.judging.Store(false)
 	t.confirmMu.Unlock()
 	for _, gen := range gens {
 		t.settle(gen, o)

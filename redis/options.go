@@ -129,7 +129,8 @@ type Options struct {
 // that timed out when it had answered no call for a whole read budget, nor
 // then two PINGs of 250 ms, a frozen or cut-off server; a timeout with the
 // server seen answering around it counts toward FailureRate only, since
-// on a busy host it is a late scheduler, not a lost server; FailureRate 0.5 once the 10 s Window holds MinRequests 20 calls;
+// on a busy host it is a late scheduler, not a lost server; reads are
+// bypassed while those PINGs are out, writes are not; FailureRate 0.5 once the 10 s Window holds MinRequests 20 calls;
 // OpenTimeout 1 s doubling up to MaxOpenTimeout 30 s; Probes 3). While the breaker is open, every call skips Redis and returns an
 // error wrapping tier.ErrBypassed.
 type BreakerOptions = breaker.Settings

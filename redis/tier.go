@@ -60,6 +60,9 @@ type Tier struct {
 	// the PING that tells a silent server from a late one (see confirm).
 	confirmMu  sync.Mutex
 	confirming []uint64
+	// judging is set while that PING is out: reads are bypassed
+	// meanwhile (see beginRead).
+	judging atomic.Bool
 
 	// filling holds the copy keys being filled now (smear.go).
 	filling sync.Map

@@ -513,8 +513,9 @@ func TestBreakerUsesClock(t *testing.T) {
 // TestFrozenServerOpensBreakerAtOnce: the first read that times out on a
 // frozen server, with no call answered for its whole budget, opens the
 // breaker (SilentFailures 1) once the two PINGs that follow it are not
-// answered either, so later readers are bypassed at once instead of
-// waiting a budget each; ConsecutiveFailures would have held four more.
+// answered either; reads meanwhile are bypassed at once, and so are the
+// reads after, instead of waiting a budget each; ConsecutiveFailures
+// would have held four more.
 func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
 	srv := redistest.Standalone(t)
 	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
@@ -527,6 +528,15 @@ func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
 	start := time.Now()
 	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("first read of the frozen server: %v, want a timeout", err)
+	}
+	// While the PINGs are out, a read is bypassed at once rather than
+	// wait a budget of its own.
+	second := time.Now()
+	if _, _, err := tr.Get(context.Background(), "ns:k"); !errors.Is(err, tier.ErrBypassed) {
+		t.Fatalf("read while the timeout is judged: %v, want bypassed", err)
+	}
+	if d := time.Since(second); d > margin {
+		t.Fatalf("read while the timeout is judged took %v", d)
 	}
 	// A budget and two PINGs.
 	for tr.Stats().BreakerState != BreakerOpen {
@@ -551,7 +561,8 @@ func TestFrozenServerOpensBreakerAtOnce(t *testing.T) {
 // TestLateServerKeepsBreakerClosed: a server that does not run for 100 ms
 // at a time (SIGSTOP, then SIGCONT), as a saturated host's scheduler may
 // leave it, times reads out but answers the PING that follows: the
-// timeouts are late answers, not silence, and the breaker stays closed.
+// timeouts are late answers, not silence, and the breaker stays closed;
+// the reads sent while the PING was out were bypassed.
 // A round whose stop this process, itself late, ended only after 150 ms
 // proves nothing and is not counted.
 func TestLateServerKeepsBreakerClosed(t *testing.T) {
@@ -574,7 +585,7 @@ func TestLateServerKeepsBreakerClosed(t *testing.T) {
 	})
 	defer wg.Wait()
 	defer close(stop)
-	counted, timeouts := 0, uint64(0)
+	counted, timeouts, bypassed := 0, uint64(0), uint64(0)
 	for round := 0; round < 20 && counted < 5; round++ {
 		before := tr.Stats()
 		start := time.Now()
@@ -590,21 +601,28 @@ func TestLateServerKeepsBreakerClosed(t *testing.T) {
 		}
 		counted++
 		timeouts += after.Timeouts - before.Timeouts
+		bypassed += after.Bypassed - before.Bypassed
 		if after.BreakerOpens != before.BreakerOpens {
 			t.Fatalf("round %d: the server stopped for %v opened the breaker: %+v", round, stopped, after)
 		}
 	}
-	t.Logf("%d rounds counted, %d timeouts in them; stats %+v", counted, timeouts, tr.Stats())
+	t.Logf("%d rounds counted, %d timeouts and %d reads bypassed in them; stats %+v", counted, timeouts, bypassed, tr.Stats())
 	if counted == 0 || timeouts == 0 {
 		t.Fatalf("%d rounds counted, %d timeouts in them: the server was never seen late", counted, timeouts)
 	}
+	// The reads sent while a timeout was judged were bypassed, the breaker
+	// closed all along.
+	if bypassed == 0 {
+		t.Fatalf("no read bypassed while %d timeouts were judged", timeouts)
+	}
 }
 
-// TestFrozenBudgetWithoutBreaker: with the breaker kept closed, every read
-// reaches the frozen server for 2.5 s, across rueidis closing the silent
-// connections (PingTimeout) and redialling a server that accepts and never
-// answers the handshake, with writes in the mix. The budget alone must
-// bound every read, and WriteTimeout every write.
+// TestFrozenBudgetWithoutBreaker: with the breaker kept closed, reads and
+// writes keep going to the frozen server for 2.5 s (reads whenever no
+// timeout is being judged, writes always), across rueidis closing the
+// silent connections (PingTimeout) and redialling a server that accepts
+// and never answers the handshake. The budget alone must bound every read,
+// and WriteTimeout every write.
 func TestFrozenBudgetWithoutBreaker(t *testing.T) {
 	srv := redistest.Standalone(t)
 	never := BreakerOptions{ConsecutiveFailures: 1 << 30, SilentFailures: 1 << 30, MinRequests: 1 << 30}
@@ -637,6 +655,9 @@ func TestFrozenBudgetWithoutBreaker(t *testing.T) {
 					t.Error("call succeeded against a frozen server")
 				}
 				d := time.Since(start)
+				if errors.Is(err, tier.ErrBypassed) {
+					time.Sleep(time.Millisecond) // a timeout is being judged
+				}
 				if g == 0 {
 					if d > DefaultWriteTimeout+margin {
 						t.Errorf("write took %v while frozen", d)
@@ -655,7 +676,9 @@ func TestFrozenBudgetWithoutBreaker(t *testing.T) {
 	if worst > DefaultReadBudget+margin {
 		t.Fatalf("slowest read %v, budget %v", worst, DefaultReadBudget)
 	}
-	if st := tr.Stats(); st.BreakerOpens != 0 || st.Timeouts == 0 {
+	// Reads reached the server after each judgement: more timeouts than
+	// the first read's and the first writes'.
+	if st := tr.Stats(); st.BreakerOpens != 0 || st.Timeouts < 3 {
 		t.Fatalf("stats = %+v", st)
 	}
 	srv.Thaw()
