@@ -164,7 +164,8 @@ func (t *Tier) groupBySlot(keys []string) []group {
 	return groups
 }
 
-// GetMany reads keys with one MGET per hash slot, pipelined. A key whose
+// GetMany reads keys with one MGET per hash slot, pipelined (a Sentinel
+// group's replicas too: sentinelMGet). A key whose
 // group failed has its own Lookup.Err; the returned error is non-nil only
 // when no group got an answer (then every Lookup.Err is set as well).
 func (d *tierDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
@@ -215,8 +216,24 @@ func (d *tierDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup,
 	var bypassed []bool
 	var perKey [][]rueidis.RedisMessage // groups answered key by key (nodeMGet)
 	var nodeOutcome breaker.Outcome
+	var one [1][]rueidis.RedisMessage
+	reported := false // the breaker was told already
 	if t.nodes != nil {
 		results, perKey, bypassed, nodeOutcome = t.nodeMGet(rctx, groups)
+	} else if rs := t.reps.Load(); rs != nil {
+		// One group: a Sentinel group is not a Cluster.
+		var err error
+		if n := rs.pickGroup(); n != nil {
+			one[0], err = t.sentinelMGet(ctx, rctx, rs, n, gen, groups[0])
+		} else {
+			one[0], err = t.primaryMGet(ctx, rctx, gen, rs.primaryFor(0), groups[0].keys)
+		}
+		if err != nil {
+			results = errorResults(1, err)
+		} else {
+			perKey = one[:]
+		}
+		reported = true
 	} else if cmds := t.mgets(groups); t.guarded() {
 		results = guard(rctx, t, func() []rueidis.RedisResult { return t.client.DoMulti(rctx, cmds...) },
 			func(err error) []rueidis.RedisResult { return errorResults(len(cmds), err) })
@@ -228,9 +245,12 @@ func (d *tierDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup,
 	var firstErr error
 	failed := 0
 	for gi, g := range groups {
-		arr, err := results[gi].ToArray()
+		var arr []rueidis.RedisMessage
+		var err error
 		if perKey != nil && perKey[gi] != nil {
-			arr, err = perKey[gi], nil
+			arr = perKey[gi]
+		} else {
+			arr, err = results[gi].ToArray()
 		}
 		if err == nil && len(arr) != len(g.keys) {
 			err = fmt.Errorf("MGET of %d keys answered %d values", len(g.keys), len(arr))
@@ -273,7 +293,7 @@ func (d *tierDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup,
 	}
 	if t.nodes != nil {
 		t.br.Done(gen, nodeOutcome)
-	} else {
+	} else if !reported {
 		t.end(ctx, gen, firstErr)
 	}
 	if failed == len(groups) {

@@ -63,14 +63,19 @@ func (s *nodeSet) pick(sl uint16) (n *node, viaPrimary, covered bool) {
 	if si < 0 {
 		return nil, false, false
 	}
-	nodes := tp.shards[si].nodes
+	n, viaPrimary = s.pickIn(tp.shards[si].nodes, s.written[sl].Load())
+	return n, viaPrimary, true
+}
+
+// pickIn is pick among a shard's nodes (its primary first) for a slot this
+// Tier last wrote at w (0: not written).
+func (s *nodeSet) pickIn(nodes []*node, w int64) (n *node, viaPrimary bool) {
 	p := nodes[0]
 	if !p.wanted.Load() {
 		p.wanted.Store(true) // its readiness is wanted: see nodeSet.pollShard
 	}
-	w := s.written[sl].Load()
 	if s.recentlyWritten(w) && !p.ejected.Load() {
-		return p, true, true
+		return p, true
 	}
 	var buf [8]*node
 	cand := buf[:0]
@@ -94,15 +99,15 @@ func (s *nodeSet) pick(sl uint16) (n *node, viaPrimary, covered bool) {
 	}
 	switch {
 	case len(cand) == 0 && w != 0 && !p.ejected.Load():
-		return p, true, true // no node known current since the write yet
+		return p, true // no node known current since the write yet
 	case len(cand) == 0:
-		return nil, false, true
+		return nil, false
 	case len(cand) == 1:
 		n = cand[0]
 	default:
 		n = cand[rand.IntN(len(cand))]
 	}
-	return n, n == p, true
+	return n, n == p
 }
 
 // primaryFor returns the primary serving sl in the map, or nil.

@@ -31,7 +31,13 @@ import (
 // carry no slot, so the writes' keys are read from the commands
 // themselves (noteKeyWrites).
 //
-// GetMany reads from the primary only.
+// GetMany's one MGET goes to one node by the same rules (sentinelMGet),
+// picked as for a slot not written: the keys of slots the picked replica
+// may not serve yet (PrimaryAfterWrite), those it misses, and all of them
+// when it fails with budget left, are read from the primary in a second
+// MGET. Both share one ReadBudget, so that a frozen replica costs a call
+// no more than its budget, as it costs a Get.
+//
 // ClusterOptions.Disabled turns replica reads off, as it does in a
 // Cluster: every read then goes to the primary.
 
@@ -122,6 +128,146 @@ func (t *Tier) sentinelGet(ctx context.Context, rs *nodeSet, gen uint64, key, fu
 		}
 	}
 	return b, found, err
+}
+
+// pickGroup returns the replica a GetMany's one MGET is read from, picked
+// as pick picks for a slot not written: nil when the pick is the primary
+// or no node is eligible, and the MGET goes to the primary.
+func (s *nodeSet) pickGroup() *node {
+	tp := s.topo.Load()
+	if tp == nil || len(tp.shards) == 0 {
+		return nil
+	}
+	n, viaPrimary := s.pickIn(tp.shards[0].nodes, 0)
+	if viaPrimary {
+		return nil
+	}
+	return n
+}
+
+// replicaServes reports whether n, a replica, may be read for a key of
+// slot sl by pick's rule: not while this Tier's write of the slot is
+// within PrimaryAfterWrite (the primary in), nor until n is known to hold
+// what the primary held after it.
+func (s *nodeSet) replicaServes(n, p *node, sl uint16) bool {
+	w := s.written[sl].Load()
+	if w == 0 {
+		return true
+	}
+	if s.recentlyWritten(w) && p != nil && !p.ejected.Load() {
+		return false
+	}
+	return n.currentAt.Load() > w
+}
+
+// sentinelMGet is GetMany's MGET of its one group in the Sentinel shape,
+// from n, a replica pickGroup picked. The keys n may not serve
+// (replicaServes), those it misses (it may lag), and all of them when it
+// fails with budget left in rctx, are read from the primary in one MGET,
+// within the same budget: a replica that timed out leaves none, and the
+// group fails as a Get from it would. It returns the values in the
+// group's key order and reports to the breaker in gen as sentinelGet
+// does: the primary's answer when the primary was read, n's otherwise.
+func (t *Tier) sentinelMGet(ctx, rctx context.Context, rs *nodeSet, n *node, gen uint64, g group) ([]rueidis.RedisMessage, error) {
+	p := rs.primaryFor(0)
+	// keys go to n; at[i] is keys[i]'s index in g.keys, at nil when keys
+	// is all of g.keys (the common case, with no copy).
+	keys, at := g.keys, []int(nil)
+	var fromPrimary []int // indexes in g.keys
+	for j, k := range g.keys {
+		if rs.replicaServes(n, p, slot(k)) {
+			if at != nil {
+				keys, at = append(keys, k), append(at, j)
+			}
+			continue
+		}
+		if at == nil {
+			keys = append(make([]string, 0, len(g.keys)), g.keys[:j]...)
+			at = make([]int, j, len(g.keys))
+			for i := range at {
+				at[i] = i
+			}
+		}
+		fromPrimary = append(fromPrimary, j)
+	}
+	vals := make([]rueidis.RedisMessage, len(g.keys))
+	if len(keys) > 0 {
+		n.requests.add(1)
+		cmd := n.client.B().Mget().Key(keys...).Build()
+		res := t.callGuarded(rctx, n, func() rueidis.RedisResult { return n.client.Do(rctx, cmd) })
+		o := t.nodeOutcome(ctx, n, res.Error())
+		arr, err := res.ToArray()
+		if err == nil && len(arr) != len(keys) {
+			err = fmt.Errorf("MGET of %d keys answered %d values", len(keys), len(arr))
+		}
+		switch {
+		case err == nil:
+			n.reads.add(len(keys))
+			for i, m := range arr {
+				j := i
+				if at != nil {
+					j = at[i]
+				}
+				if m.IsNil() {
+					fromPrimary = append(fromPrimary, j)
+				} else {
+					vals[j] = m
+				}
+			}
+		case rctx.Err() != nil:
+			t.br.Done(gen, o)
+			return nil, err
+		default:
+			if at == nil {
+				fromPrimary = fromPrimary[:0]
+				for j := range g.keys {
+					fromPrimary = append(fromPrimary, j)
+				}
+			} else {
+				fromPrimary = append(fromPrimary, at...)
+			}
+		}
+		if len(fromPrimary) == 0 {
+			t.br.Done(gen, o)
+			return vals, nil
+		}
+	}
+	pk := make([]string, len(fromPrimary))
+	for i, j := range fromPrimary {
+		pk[i] = g.keys[j]
+	}
+	arr, err := t.primaryMGet(ctx, rctx, gen, p, pk)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range fromPrimary {
+		vals[j] = arr[i]
+	}
+	return vals, nil
+}
+
+// primaryMGet is an MGET of keys on a Sentinel group's primary, p, by
+// primaryGet's standalone path, reported to the breaker in gen.
+func (t *Tier) primaryMGet(ctx, rctx context.Context, gen uint64, p *node, keys []string) ([]rueidis.RedisMessage, error) {
+	cmd := t.client.B().Mget().Key(keys...).Build()
+	var res rueidis.RedisResult
+	if t.guarded() {
+		res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
+	} else {
+		res = t.client.Do(rctx, cmd)
+	}
+	arr, err := res.ToArray()
+	if err == nil && len(arr) != len(keys) {
+		err = fmt.Errorf("MGET of %d keys answered %d values", len(keys), len(arr))
+	}
+	t.end(ctx, gen, err)
+	if p != nil {
+		p.requests.add(1)
+		if err == nil {
+			p.reads.add(len(keys))
+		}
+	}
+	return arr, err
 }
 
 // noteKeyWrites is noteWrites for a client whose commands carry no slot

@@ -52,21 +52,22 @@ func newReplicaRig(t *testing.T, keys, valueBytes int) *replicaRig {
 	return r
 }
 
-// gets returns every node's GET count (INFO commandstats), by address.
-func (r *replicaRig) gets(t *testing.T) map[string]int {
+// calls returns how many times every node ran cmd (INFO commandstats),
+// by address.
+func (r *replicaRig) calls(t *testing.T, cmd string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, n := range r.g.Nodes() {
 		if n.Running() {
-			out[n.Addr()] = commandCalls(t, n, "get")
+			out[n.Addr()] = commandCalls(t, n, cmd)
 		}
 	}
 	return out
 }
 
 // replicaReads reads the rig's keys through the tier on two goroutines
-// until stop, counting misses (every key is held by the primary),
-// errors and latencies.
+// until stop, counting reads (calls), misses (every key is held by the
+// primary), failed calls and latencies.
 type replicaReads struct {
 	reads, misses, errs atomic.Int64
 	firstErr            atomic.Value
@@ -76,7 +77,11 @@ type replicaReads struct {
 	wg                  sync.WaitGroup
 }
 
-func (r *replicaRig) read(pause time.Duration) *replicaReads {
+func (r *replicaRig) read(pause time.Duration) *replicaReads { return r.readMany(pause, 0) }
+
+// readMany is read with GetMany of batch keys a call; batch 0 reads with
+// Get.
+func (r *replicaRig) readMany(pause time.Duration, batch int) *replicaReads {
 	l := &replicaReads{stop: make(chan struct{})}
 	for g := range 2 {
 		l.wg.Add(1)
@@ -92,22 +97,46 @@ func (r *replicaRig) read(pause time.Duration) *replicaReads {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				start := time.Now()
-				_, found, err := r.tr.Get(ctx, r.keys[i%len(r.keys)])
+				missed, err := r.readOnce(ctx, i, batch)
 				lat = append(lat, time.Since(start))
 				cancel()
 				l.reads.Add(1)
-				switch {
-				case err != nil:
+				l.misses.Add(int64(missed))
+				if err != nil {
 					l.errs.Add(1)
 					l.firstErr.CompareAndSwap(nil, err)
-				case !found:
-					l.misses.Add(1)
 				}
 				time.Sleep(pause)
 			}
 		}()
 	}
 	return l
+}
+
+// readOnce is call i of readMany: it returns how many keys missed and
+// the first error.
+func (r *replicaRig) readOnce(ctx context.Context, i, batch int) (missed int, _ error) {
+	if batch == 0 {
+		_, found, err := r.tr.Get(ctx, r.keys[i%len(r.keys)])
+		if err == nil && !found {
+			missed++
+		}
+		return missed, err
+	}
+	from := i * batch % len(r.keys)
+	if from+batch > len(r.keys) {
+		from = 0
+	}
+	ls, err := r.tr.GetMany(ctx, r.keys[from:from+batch])
+	for _, lk := range ls {
+		if lk.Err != nil && err == nil {
+			err = lk.Err
+		}
+		if lk.Err == nil && !lk.Found {
+			missed++
+		}
+	}
+	return missed, err
 }
 
 // end stops the reads and returns the p99 and worst latency.
@@ -125,32 +154,38 @@ func (l *replicaReads) end() (p99, worst time.Duration) {
 
 // TestSentinelReplicaReadsSpread: under load, reads go to the primary and
 // both replicas, about a third each; none misses.
-func TestSentinelReplicaReadsSpread(t *testing.T) {
+func TestSentinelReplicaReadsSpread(t *testing.T) { replicaReadsSpread(t, "get", 0) }
+
+// TestSentinelReplicaReadsSpreadGetMany: GetMany's MGETs spread so too.
+func TestSentinelReplicaReadsSpreadGetMany(t *testing.T) { replicaReadsSpread(t, "mget", 10) }
+
+// replicaReadsSpread reads with readMany(batch) and counts cmd per node.
+func replicaReadsSpread(t *testing.T, cmd string, batch int) {
 	r := newReplicaRig(t, 1000, 16)
-	before := r.gets(t)
-	l := r.read(200 * time.Microsecond)
+	before := r.calls(t, cmd)
+	l := r.readMany(200*time.Microsecond, batch)
 	for deadline := time.Now().Add(30 * time.Second); l.reads.Load() < 3000 && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	l.end()
-	after := r.gets(t)
+	after := r.calls(t, cmd)
 	total := 0
 	for addr := range after {
 		total += after[addr] - before[addr]
 	}
-	t.Logf("%d reads, %d misses, %d errors; GETs per node: %v (before %v)", l.reads.Load(), l.misses.Load(), l.errs.Load(), after, before)
+	t.Logf("%d reads, %d misses, %d errors; %s per node: %v (before %v)", l.reads.Load(), l.misses.Load(), l.errs.Load(), cmd, after, before)
 	if l.misses.Load() != 0 {
 		t.Errorf("%d misses of keys the primary holds", l.misses.Load())
 	}
 	if total < 1000 {
-		t.Fatalf("only %d GETs reached the nodes", total)
+		t.Fatalf("only %d %s reached the nodes", total, cmd)
 	}
 	for _, n := range r.g.Nodes() {
 		share := float64(after[n.Addr()]-before[n.Addr()]) / float64(total)
 		// A third each in expectation; a fifth bounds a fair share with
 		// room for a replica briefly unproven on a busy machine.
 		if share < 0.2 {
-			t.Errorf("%s took %.3f of the GETs, want about a third", n.Addr(), share)
+			t.Errorf("%s took %.3f of the %s calls, want about a third", n.Addr(), share, cmd)
 		}
 	}
 	for _, st := range r.tr.NodeStats() {
@@ -237,10 +272,17 @@ func TestSentinelReplicaResyncTakesNoReads(t *testing.T) {
 
 // TestSentinelReplicaFrozen: a replica SIGSTOPped under load is ejected
 // and the reads keep answering from the other nodes.
-func TestSentinelReplicaFrozen(t *testing.T) {
+func TestSentinelReplicaFrozen(t *testing.T) { replicaFrozen(t, 0) }
+
+// TestSentinelReplicaFrozenGetMany: so too for GetMany, by the same
+// bounds on its calls.
+func TestSentinelReplicaFrozenGetMany(t *testing.T) { replicaFrozen(t, 10) }
+
+// replicaFrozen freezes a replica under readMany(batch).
+func replicaFrozen(t *testing.T, batch int) {
 	r := newReplicaRig(t, 1000, 16)
 	rep := r.g.Nodes()[2]
-	l := r.read(500 * time.Microsecond)
+	l := r.readMany(500*time.Microsecond, batch)
 	time.Sleep(500 * time.Millisecond)
 	// An ejection before the freeze (reads past their budget on a busy
 	// machine) is not the one looked for.
@@ -475,5 +517,95 @@ func TestSentinelWrittenSlotsReadFromPrimary(t *testing.T) {
 	}
 	if replicas < 100 {
 		t.Errorf("a key not written picked a replica %d times in 300, want about 200", replicas)
+	}
+}
+
+// replicasOwnData makes the rig's replicas writable and runs cmd on each:
+// data of their own, which only a read from a replica can return.
+func (r *replicaRig) replicasOwnData(t *testing.T, ctx context.Context, cmd ...string) {
+	t.Helper()
+	for _, n := range r.g.Nodes()[1:] {
+		if _, err := n.CLI(ctx, "CONFIG", "SET", "replica-read-only", "no"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.CLI(ctx, cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// replicaMGets returns how many MGETs the rig's replicas ran in all.
+func (r *replicaRig) replicaMGets(t *testing.T) int {
+	t.Helper()
+	total := 0
+	for _, n := range r.g.Nodes()[1:] {
+		total += commandCalls(t, n, "mget")
+	}
+	return total
+}
+
+// TestSentinelGetManyWrittenFromPrimary: a key this Tier just deleted is
+// read by GetMany from the primary, though the replicas hold a value of
+// their own for it, while the other keys of the call are read from the
+// replicas too.
+func TestSentinelGetManyWrittenFromPrimary(t *testing.T) {
+	r := newReplicaRig(t, 10, 16)
+	// PrimaryAfterWrite long enough to cover the test on a busy machine.
+	tr := newTier(t, Options{Logger: quiet, Sentinel: SentinelOptions{Addrs: r.g.SentinelAddrs(), MasterName: r.g.MasterName()},
+		Cluster: ClusterOptions{PrimaryAfterWrite: time.Minute}})
+	ctx := ctxT(t, time.Minute)
+	if err := tr.Delete(ctx, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	// The replicas applied the delete before k1 is set on them alone.
+	if out, err := r.g.Nodes()[0].CLI(ctx, "WAIT", "2", "20000"); err != nil || strings.TrimSpace(out) != "2" {
+		t.Fatalf("WAIT: %q, %v", out, err)
+	}
+	r.replicasOwnData(t, ctx, "SET", "k1", "replica")
+	before := r.replicaMGets(t)
+	for range 60 {
+		ls, err := tr.GetMany(ctx, r.keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, lk := range ls {
+			switch {
+			case lk.Err != nil:
+				t.Fatalf("%s: %v", r.keys[j], lk.Err)
+			case j == 1 && lk.Found:
+				t.Fatalf("k1, deleted by this Tier, read from a replica: %q", lk.Value)
+			case j != 1 && !lk.Found:
+				t.Fatalf("%s missed", r.keys[j])
+			}
+		}
+	}
+	// About 40 of the 60 calls pick a replica.
+	if n := r.replicaMGets(t) - before; n < 10 {
+		t.Errorf("the replicas ran %d MGETs of 60 GetManys, want about 40", n)
+	}
+}
+
+// TestSentinelGetManyReplicaMissFromPrimary: a key the replicas miss and
+// the primary holds is read again from the primary: every GetMany finds
+// it.
+func TestSentinelGetManyReplicaMissFromPrimary(t *testing.T) {
+	r := newReplicaRig(t, 10, 16)
+	ctx := ctxT(t, time.Minute)
+	r.replicasOwnData(t, ctx, "DEL", "k3")
+	before := r.replicaMGets(t)
+	want := strings.Repeat("v", 16)
+	for range 60 {
+		ls, err := r.tr.GetMany(ctx, r.keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, lk := range ls {
+			if lk.Err != nil || !lk.Found || string(lk.Value) != want {
+				t.Fatalf("%s: %q found %v, %v; want %q", r.keys[j], lk.Value, lk.Found, lk.Err, want)
+			}
+		}
+	}
+	if n := r.replicaMGets(t) - before; n < 10 {
+		t.Errorf("the replicas ran %d MGETs of 60 GetManys, want about 40", n)
 	}
 }
