@@ -609,3 +609,22 @@ func TestSentinelGetManyReplicaMissFromPrimary(t *testing.T) {
 		t.Errorf("the replicas ran %d MGETs of 60 GetManys, want about 40", n)
 	}
 }
+
+// TestSentinelGetManyReplicaDownFromPrimary: a replica killed under
+// GetMany fails fast, and its calls are read from the primary within
+// their budget: none fails.
+func TestSentinelGetManyReplicaDownFromPrimary(t *testing.T) {
+	r := newReplicaRig(t, 1000, 16)
+	l := r.readMany(500*time.Microsecond, 10)
+	time.Sleep(300 * time.Millisecond)
+	r.g.Nodes()[2].Kill()
+	time.Sleep(2 * time.Second)
+	p99, worst := l.end()
+	t.Logf("%d reads, %d errors (the first: %v), %d misses; p99 %v, worst %v", l.reads.Load(), l.errs.Load(), l.firstErr.Load(), l.misses.Load(), p99, worst)
+	if n := l.errs.Load(); n != 0 {
+		t.Errorf("%d calls failed", n)
+	}
+	if n := l.misses.Load(); n != 0 {
+		t.Errorf("%d misses", n)
+	}
+}
