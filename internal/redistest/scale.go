@@ -288,6 +288,10 @@ func (c *RedisCluster) AddPrimary(ctx context.Context, nSlots int) (*Server, err
 		return s, errors.New("redistest: AddPrimary: no node answers")
 	}
 	if _, err := c.clusterCLI(ctx, "add-node", s.Addr(), entry.Addr()); err != nil {
+		// Not a node of the cluster: stopped now rather than at the
+		// test's end, so that a test counting goroutines after its
+		// clients closed does not find this server's.
+		s.stop()
 		return s, err
 	}
 	c.nodes = append(c.nodes, s)
