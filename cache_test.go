@@ -568,7 +568,11 @@ func TestInvalidationDuringOutageIsReplayed(t *testing.T) {
 // While an invalidation's delete waits for its replay, the key's watermark
 // is what keeps the tier's old value from being read here: a value loaded
 // after the invalidation is read from the tier as any other.
-func TestPendingDeleteReadsValuesLoadedAfterIt(t *testing.T) {
+// queuedInvalidation returns a namespace whose shared tier holds v1:p1 and
+// whose invalidation of p1 failed at the tier and waits for its replay
+// (not before an hour), the tier answering again.
+func queuedInvalidation(t *testing.T) (*holdfast.Namespace, *countingLoader) {
+	t.Helper()
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared, ReplayInterval: time.Hour})
 	ns := newNS(t, c, "product", holdfast.Policy{Hot: holdfast.HotPolicy{MaxBytes: -1}})
@@ -580,6 +584,11 @@ func TestPendingDeleteReadsValuesLoadedAfterIt(t *testing.T) {
 		t.Fatalf("invalidate during an outage: %v, want nil (queued)", err)
 	}
 	shared.Fail(nil)
+	return ns, l
+}
+
+func TestPendingDeleteReadsValuesLoadedAfterIt(t *testing.T) {
+	ns, l := queuedInvalidation(t)
 	if res := mustGet(t, ns, "p1", l.Load); res.Source != holdfast.SourceLoaded || string(res.Value) != "v2:p1" {
 		t.Fatalf("the old value still in the tier: %q from %v, want v2:p1 loaded", res.Value, res.Source)
 	}
@@ -589,6 +598,29 @@ func TestPendingDeleteReadsValuesLoadedAfterIt(t *testing.T) {
 	}
 	if st := ns.Stats(); st.Get("pending_deletes") != 1 || st.Get("superseded_reads") != 1 || l.calls.Load() != 2 {
 		t.Fatalf("pending %d, superseded %d, loads %d; want 1, 1, 2", st.Get("pending_deletes"), st.Get("superseded_reads"), l.calls.Load())
+	}
+}
+
+// A key whose delete is queued for replay keeps its watermark however
+// many other keys are invalidated meanwhile: the shared tier still holds
+// its old value, and forgetting the mark would serve it again here.
+func TestPendingDeleteKeepsItsWatermarkPastTheBound(t *testing.T) {
+	ns, l := queuedInvalidation(t)
+	keys := make([]string, 0, 4096)
+	for i := 0; i <= holdfast.MaxWatermarks; i++ {
+		keys = append(keys, fmt.Sprint("q", i))
+		if len(keys) == cap(keys) || i == holdfast.MaxWatermarks {
+			if err := ns.Invalidate(context.Background(), keys...); err != nil {
+				t.Fatal(err)
+			}
+			keys = keys[:0]
+		}
+	}
+	if res := mustGet(t, ns, "p1", l.Load); res.Source != holdfast.SourceLoaded || string(res.Value) != "v2:p1" {
+		t.Fatalf("after %d other invalidations: %q from %v, want v2:p1 loaded (the tier still holds v1:p1)", holdfast.MaxWatermarks+1, res.Value, res.Source)
+	}
+	if st := ns.Stats(); st.Get("pending_deletes") != 1 || st.Get("superseded_reads") != 1 {
+		t.Fatalf("pending %d, superseded %d; want 1, 1", st.Get("pending_deletes"), st.Get("superseded_reads"))
 	}
 }
 

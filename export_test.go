@@ -21,3 +21,7 @@ const (
 	DefaultLoadErrorBackoff = defaultLoadErrorBackoff
 	DefaultSlowLoadGrace    = defaultSlowLoadGrace
 )
+
+// MaxWatermarks is how many keys' invalidation watermarks a namespace
+// keeps before it forgets the oldest.
+const MaxWatermarks = maxWatermarks

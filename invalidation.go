@@ -25,6 +25,17 @@ type pendingDeletes struct {
 	seq  uint64
 }
 
+// has reports whether key is waiting to be replayed.
+func (p *pendingDeletes) has(key string) bool {
+	if p.n.Load() == 0 {
+		return false
+	}
+	p.mu.Lock()
+	_, ok := p.keys[key]
+	p.mu.Unlock()
+	return ok
+}
+
 // add records key and reports whether it fit under max.
 func (p *pendingDeletes) add(key string, max int) bool {
 	p.mu.Lock()
@@ -119,6 +130,7 @@ func (n *Namespace) replayPending(ctx context.Context) {
 		return
 	}
 	n.pending.done(keys, seqs)
+	n.marks.requeue(keys)
 	n.ctr.add(evReplayedDeletes, uint64(len(keys)))
 	n.countSent(len(keys))
 	n.c.logger().Info("holdfast: replayed invalidations", "namespace", n.name, "keys", len(keys))
@@ -137,12 +149,15 @@ func (n *Namespace) replayPending(ctx context.Context) {
 // lifetime a value may have plus its longest stale-if-error window
 // (supersedeWindow), past which every copy it superseded is past every
 // window it could be served in; at most maxWatermarks are kept, the
-// oldest forgotten first.
+// oldest forgotten first, except those keep holds on to: a key whose
+// delete is still queued for replay, whose old value the shared tier
+// still holds, keeps its watermark until the replay lands (requeue).
 type watermarks struct {
 	at    sync.Map   // key -> watermark
 	mu    sync.Mutex // orders queue and the writes to at
 	queue []marked
-	head  int // queue[:head] is forgotten
+	head  int                   // queue[:head] is forgotten
+	keep  func(key string) bool // nil: none is kept past the bound
 }
 
 type watermark struct{ own, other int64 }
@@ -177,17 +192,34 @@ func (r *watermarks) raise(key string, up watermark, window int64, forgotten fun
 	r.queue = append(r.queue, marked{key, w})
 	for r.head < len(r.queue) && (len(r.queue)-r.head > maxWatermarks || r.queue[r.head].w.last() < w.last()-window) {
 		old := r.queue[r.head]
-		if r.at.CompareAndDelete(old.key, old.w) {
-			forgotten(old.key, old.w)
-		}
 		r.queue[r.head] = marked{}
 		r.head++
+		if v, _ := r.at.Load(old.key); v != old.w {
+			continue // raised since: a later entry holds it
+		}
+		if r.keep != nil && r.keep(old.key) {
+			continue // out of the queue until requeued
+		}
+		r.at.Delete(old.key)
+		forgotten(old.key, old.w)
 	}
 	// Forgotten entries are cut off once they are half the queue, so that
 	// a full queue costs each raise a constant, not a copy of the queue.
 	if r.head > len(r.queue)/2 {
 		r.queue = append(r.queue[:0:0], r.queue[r.head:]...)
 		r.head = 0
+	}
+}
+
+// requeue puts keys that keep held on to back in the queue, to be forgotten
+// as the others are.
+func (r *watermarks) requeue(keys []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, key := range keys {
+		if v, ok := r.at.Load(key); ok {
+			r.queue = append(r.queue, marked{key, v.(watermark)})
+		}
 	}
 }
 

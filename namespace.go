@@ -59,6 +59,7 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		reserved: newLimiter(p.ReservedLoads, -1), // taken free or not at all
 		ctr:      newCounters(),
 	}
+	n.marks.keep = n.pending.has
 	// Without a shared tier the hot tier is the only cache: by default
 	// every key read enters it.
 	if n.p.Hot.Threshold == 0 {

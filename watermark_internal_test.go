@@ -109,3 +109,50 @@ func TestForgottenWatermarkDropsItsFallback(t *testing.T) {
 		t.Fatal("a copy no watermark superseded was dropped")
 	}
 }
+
+// Keys keep holds on to outlive the bound and the window, out of the
+// queue, and are forgotten as the others once requeued.
+func TestWatermarksKeepPastTheBound(t *testing.T) {
+	var r watermarks
+	const window = int64(1 << 40)
+	held := map[string]bool{}
+	r.keep = func(key string) bool { return held[key] }
+	forgotten := 0
+	count := func(string, watermark) { forgotten++ }
+	var kept []string
+	for i := range 10 {
+		k := fmt.Sprint("p", i)
+		held[k] = true
+		kept = append(kept, k)
+		r.raise(k, watermark{own: int64(i + 1)}, window, count)
+	}
+	total := 2 * maxWatermarks
+	for i := range total {
+		r.raise(fmt.Sprint("k", i), watermark{own: int64(11 + i)}, window, count)
+	}
+	now := int64(total + 20)
+	for _, k := range kept {
+		if g := r.grade(k, 0, now, window); g != gradeNone {
+			t.Fatalf("%s, kept, graded %d after %d other raises, want none", k, g, total)
+		}
+	}
+	if got, want := r.keys(), maxWatermarks+10; got != want || forgotten != total-maxWatermarks {
+		t.Fatalf("%d keys remembered (%d forgotten), want %d (%d)", got, forgotten, want, total-maxWatermarks)
+	}
+	if live := len(r.queue) - r.head; live != maxWatermarks {
+		t.Fatalf("%d live queue entries, want %d: kept keys wait outside it", live, maxWatermarks)
+	}
+
+	// Past the window a kept key is still kept; requeued once its replay
+	// landed, it is forgotten as any other.
+	r.raise("late", watermark{own: window * 4}, window, count)
+	if got := r.keys(); got != 11 {
+		t.Fatalf("%d keys remembered past the window, want the 10 kept and the new one", got)
+	}
+	clear(held)
+	r.requeue(kept)
+	r.raise("later", watermark{own: window * 8}, window, count)
+	if got := r.keys(); got != 1 {
+		t.Fatalf("%d keys remembered after the requeue and the window, want 1", got)
+	}
+}
