@@ -88,11 +88,13 @@ func newSoakInstance(t *testing.T, addr string) *soakInstance {
 
 // startBurners starts n busy-loop processes, each in its own process
 // group and killed with the test (or, should the test binary die, by the
-// kernel and at the latest by timeout after limit).
+// kernel), and each ending by itself after limit. The loop is the direct
+// child: a wrapper such as timeout(1) killed with the test would leave
+// its loop running.
 func startBurners(t *testing.T, n int, limit time.Duration) {
 	t.Helper()
 	for range n {
-		cmd := exec.Command("timeout", strconv.Itoa(int(limit.Seconds())+1), "sh", "-c", "while :; do :; done")
+		cmd := exec.Command("bash", "-c", fmt.Sprintf("while (( SECONDS < %d )); do :; done", int(limit.Seconds())+1))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("busy loop: %v", err)
