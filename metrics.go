@@ -49,8 +49,9 @@ import (
 //	error_backoffs        reads answered without a load during the key's error backoff
 //	invalidations         keys invalidated
 //	dropped_stale_sets    loads finished after an invalidation of their key, not stored
-//	refills               shared-tier misses answered from a current copy in memory and
-//	                      written back to the tier instead of loaded
+//	refills               shared-tier misses (or older loads past their hard time)
+//	                      answered from a current copy in memory and written back to
+//	                      the tier instead of loaded
 //	too_large             keys or values refused for their size
 //	pending_deletes       invalidations waiting to be replayed (a gauge)
 //	replayed_deletes      invalidations replayed after the shared tier recovered
@@ -193,7 +194,7 @@ var statTable = [...]stat{
 	counter("error_backoffs", "{read}", "Reads answered without a load, stale or with the last load's error, because the key's loads were failing and its retry was not due (LoadErrorBackoff).", evErrorBackoff),
 	counter("invalidations", "{key}", "Keys invalidated.", evInvalidation),
 	counter("dropped_stale_sets", "{write}", "Loads that finished after their key was invalidated and were not stored.", evDroppedStaleSet),
-	counter("refills", "{write}", "Shared-tier misses answered from a current copy in memory, written back to the tier instead of loaded (tier.Refiller): a restarted or emptied node refilled without the source.", evRefilled),
+	counter("refills", "{write}", "Shared-tier misses, or hits of an older load past its hard time, answered from a current copy in memory, written back to the tier instead of loaded (tier.Refiller, tier.OverRefiller): a restarted or emptied node, or a replica promoted without the latest loads, refilled without the source.", evRefilled),
 	counter("too_large", "{key}", "Keys or values refused for their size.", evTooLarge),
 	gauge("pending_deletes", "{key}", "Invalidations waiting to be replayed on the shared tier.", func(n *Namespace) uint64 { return uint64(n.pending.n.Load()) }),
 	counter("replayed_deletes", "{key}", "Invalidations replayed on the shared tier after it recovered.", evReplayedDeletes),

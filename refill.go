@@ -12,7 +12,10 @@ import (
 // this process holds a copy of it as current as the tier's was, the copy
 // answers the read and is written back to the tier (tier.Refiller), so
 // that a fleet holding every value in memory does not reload them all from
-// the source at once.
+// the source at once. So does a hit of an older load past its hard time
+// when the copy here is a newer load, whose own write failed: loaded while
+// the tier was down, after a failover the promoted replica holds the
+// older one (tier.OverRefiller).
 //
 // A copy is written back only if no invalidation can have passed it
 // unheard here:
@@ -21,8 +24,11 @@ import (
 //   - found current (loaded, or read from the tier) while the invalidation
 //     stream was heard: in the heard period now, or in the one before the
 //     latest gap, ended or not, well before its last heartbeat
-//     (streamState.refillable). An invalidation missed here was then made
-//     in that one gap, which the outage that emptied the node is;
+//     (streamState.refillable); or loaded here in that gap, from when
+//     the stream was lost (streamState.loadedInGap). An invalidation
+//     missed here was then made in that one gap, which the outage that
+//     emptied the node is, and for a copy loaded in it, after its load
+//     began;
 //   - current by its key's watermark (no invalidation made or heard here
 //     since its origin) and its flight not overtaken by an invalidation,
 //     checked under the flight's store lock, which is held across the
@@ -31,7 +37,8 @@ import (
 // An emptied node has lost the keys' versions with their values, so the
 // stale-set guard's compare-and-set proves nothing there. The write-back
 // is instead one atomic check and write on the node (Refill): only where
-// the node holds neither a value of the key nor a version. So an
+// the node holds neither a value of the key nor a version (RefillOver:
+// nor a value but the older load this read found). So an
 // invalidation that reaches the node before it (one made after the
 // restart, or replayed by a process that could not reach the node during
 // the outage) refuses it and the key loads; one that reaches the node
@@ -55,16 +62,37 @@ func (n *Namespace) pickRefill(j *job, now int64) {
 }
 
 // refillCopy returns the copy in memory that job j, which missed in the
-// shared tier, may write back instead of loading, or nil.
+// shared tier or found there only an older load past its hard time, may
+// write back instead of loading, or nil.
 func (n *Namespace) refillCopy(j *job, now int64) *meta {
-	if j.done || j.status != tierMiss || j.refreshOf != 0 || n.c.caps.refill == nil || n.c.caps.stream == nil || n.lkg == nil {
+	if j.done || j.refreshOf != 0 || n.c.caps.refill == nil || n.c.caps.stream == nil || n.lkg == nil {
+		return nil
+	}
+	var over *meta
+	switch j.status {
+	case tierMiss:
+	case tierHit:
+		// A newer load whose write failed (the tier was down when it was
+		// loaded) replaces the older one, which no read may serve.
+		if over = j.fallback; over == nil || now < over.hard || n.overRefiller() == nil {
+			return nil
+		}
+	default:
 		return nil
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.negative || now >= m.soft || !n.c.stream.refillable(m.currentAt()) || n.grade(j.key, m, now) != gradeCurrent {
+	if m == nil || m.negative || now >= m.soft || over != nil && m.origin <= over.origin ||
+		!n.c.stream.refillable(m.currentAt()) && !(m.current == 0 && n.c.stream.loadedInGap(m.origin)) ||
+		n.grade(j.key, m, now) != gradeCurrent {
 		return nil
 	}
 	return m
+}
+
+// overRefiller returns the shared tier's tier.OverRefiller, or nil.
+func (n *Namespace) overRefiller() tier.OverRefiller {
+	o, _ := n.c.caps.refill.(tier.OverRefiller)
+	return o
 }
 
 // refill writes back the copies of the jobs that have one, concurrently,
@@ -124,7 +152,16 @@ func (n *Namespace) writeBack(j *job) {
 	ctx, cancel := context.WithTimeout(n.c.ctx, n.p.LoadTimeout)
 	defer cancel()
 	item := tier.Item{Key: n.prefix + j.key, Value: m.raw, TTL: time.Duration(n.staleUntil(m) - sent)}
-	written, held, err := n.c.caps.refill.Refill(ctx, item)
+	var (
+		written bool
+		held    []byte
+		err     error
+	)
+	if j.status == tierHit {
+		written, held, err = n.overRefiller().RefillOver(ctx, item, j.fallback.raw)
+	} else {
+		written, held, err = n.c.caps.refill.Refill(ctx, item)
+	}
 	now := n.exactNow()
 	switch {
 	case err != nil:
@@ -176,6 +213,20 @@ func (s *streamState) refillable(t int64) bool {
 		return true
 	}
 	return t >= s.prevFrom.Load() && t < s.prevTo.Load()-int64(refillSlack)
+}
+
+// loadedInGap reports whether a value this process loaded at origin was
+// loaded in the latest gap, from when the stream was lost (not in the
+// one before the stream was first heard): an invalidation it missed was
+// then made after its load began, in that one gap, as for a copy of the
+// heard period before it. A copy loaded after the last heartbeat but
+// before the loss is not vouched for by either.
+func (s *streamState) loadedInGap(origin int64) bool {
+	lost := s.lostAt.Load()
+	if lost == 0 || origin < lost {
+		return false
+	}
+	return s.gap.Load() || origin < s.resumedAt.Load()
 }
 
 // refillSlack is how long before a heartbeat was heard a copy must have

@@ -53,6 +53,8 @@ type streamState struct {
 	// one gap since may have hidden (refill.go).
 	lostHeard        atomic.Int64
 	prevFrom, prevTo atomic.Int64
+	// lostAt is when the latest gap began (Lost), 0 before the first.
+	lostAt atomic.Int64
 }
 
 // heardAll reports whether the stream is heard now and has been since
@@ -97,6 +99,10 @@ func (l listener) Heard() {
 
 func (l listener) Lost() {
 	s := &l.c.stream
+	if !s.gap.Load() {
+		// Before the gap shows: a copy checked in between is refused.
+		s.lostAt.Store(l.c.clock.Now().UnixNano())
+	}
 	if s.gap.CompareAndSwap(false, true) {
 		s.lostHeard.Store(s.heard.Load())
 	}

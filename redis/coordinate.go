@@ -72,15 +72,17 @@ local p = redis.pcall('PUBLISH', ARGV[2], ARGV[3])
 local perr = ''
 if type(p) == 'table' and p.err then perr = p.err end
 return {v, redis.call('SMEMBERS', KEYS[3]), perr}`)
-	// KEYS: value, version. ARGV: value, TTL in ms. Returns {1} when it
+	// KEYS: value, version. ARGV: value, TTL in ms, and the value it may
+	// replace ("" for none: no envelope is empty). Returns {1} when it
 	// wrote, {0} when the key has a version (an invalidation this server
-	// remembers), {2, held} when the key holds a value: a write-back
-	// (tier.Refiller) never replaces a value, and never lands on a key
+	// remembers), {2, held} when the key holds another value: a
+	// write-back (tier.Refiller) never replaces a value but the older load
+	// the caller read (tier.OverRefiller), and never lands on a key
 	// invalidated since the server lost its data.
 	refillScript = newScript(`
 if redis.call('EXISTS', KEYS[2]) == 1 then return {0} end
 local held = redis.call('GET', KEYS[1])
-if held then return {2, held} end
+if held and held ~= ARGV[3] then return {2, held} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1}`)
 	// KEYS: lease. ARGV: token.
@@ -163,6 +165,22 @@ var _ tier.Refiller = (*Tier)(nil)
 // Refill implements tier.Refiller with one script on the key's primary,
 // which checks the key's version and value and writes, atomically.
 func (d *tierDriver) Refill(ctx context.Context, it tier.Item) (bool, []byte, error) {
+	return d.refill(ctx, it, "")
+}
+
+var _ tier.OverRefiller = (*Tier)(nil)
+
+// RefillOver implements tier.OverRefiller with Refill's script, which
+// then also writes where the key holds exactly over.
+func (d *tierDriver) RefillOver(ctx context.Context, it tier.Item, over []byte) (bool, []byte, error) {
+	if len(over) == 0 {
+		return false, nil, fmt.Errorf("redis tier refill %q: no value to replace", it.Key)
+	}
+	return d.refill(ctx, it, string(over))
+}
+
+// refill is Refill, replacing over when the key holds it ("" for never).
+func (d *tierDriver) refill(ctx context.Context, it tier.Item, over string) (bool, []byte, error) {
 	t := (*Tier)(d)
 	c := &t.stats
 	c.sets.add(1)
@@ -176,7 +194,7 @@ func (d *tierDriver) Refill(ctx context.Context, it tier.Item) (bool, []byte, er
 		return false, nil, fmt.Errorf("redis tier refill %q: %w", it.Key, err)
 	}
 	ms := strconv.FormatInt(pxMillis(it.TTL), 10)
-	res := t.one(ctx, t.opts.WriteTimeout, refillScript.call([]string{full, vk}, string(it.Value), ms))
+	res := t.one(ctx, t.opts.WriteTimeout, refillScript.call([]string{full, vk}, string(it.Value), ms, over))
 	arr, err := res.ToArray()
 	var code int64
 	if err == nil && len(arr) == 0 {

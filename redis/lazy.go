@@ -160,6 +160,15 @@ func (d *lazyDriver) Refill(ctx context.Context, it tier.Item) (bool, []byte, er
 	return false, nil, errNotConnected
 }
 
+// RefillOver implements tier.OverRefiller.
+func (d *lazyDriver) RefillOver(ctx context.Context, it tier.Item, over []byte) (bool, []byte, error) {
+	l := (*Lazy)(d)
+	if t := l.tier.Load(); t != nil {
+		return t.RefillOver(ctx, it, over)
+	}
+	return false, nil, errNotConnected
+}
+
 // Invalidate implements tier.Coordinator.
 func (d *lazyDriver) Invalidate(ctx context.Context, keys ...string) error {
 	l := (*Lazy)(d)

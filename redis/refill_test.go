@@ -68,6 +68,12 @@ type refillProcess struct {
 // tier (a hook).
 func newRefillProcess(t *testing.T, srv *redistest.Server, wrap func(*redis.Tier) tier.Tier) refillProcess {
 	t.Helper()
+	return newRefillProcessWith(t, srv, wrap, refillTestPolicy)
+}
+
+// newRefillProcessWith is newRefillProcess with the namespace's policy.
+func newRefillProcessWith(t *testing.T, srv *redistest.Server, wrap func(*redis.Tier) tier.Tier, policy holdfast.Policy) refillProcess {
+	t.Helper()
 	tr, err := redis.New(redis.Options{
 		Addrs:   []string{srv.Addr()},
 		Breaker: quickBreaker,
@@ -89,7 +95,7 @@ func newRefillProcess(t *testing.T, srv *redistest.Server, wrap func(*redis.Tier
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	eventually(t, 10*time.Second, func() bool { return testhook.StreamHeard(c) })
-	ns, err := c.Namespace("product", refillTestPolicy)
+	ns, err := c.Namespace("product", policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,15 +366,7 @@ func TestRefillRaceWithAnotherProcessInvalidation(t *testing.T) {
 	src := &versioned{}
 	var hook *hookedRefill
 	a := newRefillProcess(t, srv, func(tr *redis.Tier) tier.Tier {
-		hook = &hookedRefill{Tier: tr, before: func() {
-			src.update("k0")
-			if err := b.ns.Invalidate(context.Background(), "k0"); err != nil {
-				t.Error(err)
-			}
-			if n := b.ns.Stats().Get("pending_deletes"); n != 0 {
-				t.Errorf("the invalidation did not reach Redis (%d pending): not the race this test is about", n)
-			}
-		}}
+		hook = &hookedRefill{Tier: tr, before: invalidateIn(t, b, src, "k0")}
 		return hook
 	})
 	fill(t, []refillProcess{a}, src, 1)
@@ -389,17 +387,39 @@ func TestRefillRaceWithAnotherProcessInvalidation(t *testing.T) {
 		}
 		return res.Reason != holdfast.ReasonTierDown
 	})
-	if !hook.ran.Load() {
+	refusedAndLoaded(t, a, b, src, "k0", res, hook.ran.Load(), loads)
+}
+
+// invalidateIn returns a hook that updates key in src and invalidates it
+// through p, which must reach Redis.
+func invalidateIn(t *testing.T, p refillProcess, src *versioned, key string) func() {
+	return func() {
+		src.update(key)
+		if err := p.ns.Invalidate(context.Background(), key); err != nil {
+			t.Error(err)
+		}
+		if n := p.ns.Stats().Get("pending_deletes"); n != 0 {
+			t.Errorf("the invalidation did not reach Redis (%d pending): not the race this test is about", n)
+		}
+	}
+}
+
+// refusedAndLoaded fails the test unless a's hooked write-back of key ran
+// and was refused, its read answered res with key's current value loaded
+// (one load since loads), and Redis, as b reads it, holds nothing older.
+func refusedAndLoaded(t *testing.T, a, b refillProcess, src *versioned, key string, res holdfast.Result, ran bool, loads int64) {
+	t.Helper()
+	if !ran {
 		t.Fatalf("no write-back was tried: %v (%v)", res.Source, res.Reason)
 	}
-	if string(res.Value) != src.current("k0") || res.Source != holdfast.SourceLoaded {
-		t.Fatalf("%q from %v; want %q loaded", res.Value, res.Source, src.current("k0"))
+	if string(res.Value) != src.current(key) || res.Source != holdfast.SourceLoaded {
+		t.Fatalf("%q from %v; want %q loaded", res.Value, res.Source, src.current(key))
 	}
 	if st := a.ns.Stats(); st.Get("refills") != 0 || src.loads.Load() != loads+1 {
 		t.Fatalf("refills %d, loads %d; want the write-back refused and one load", st.Get("refills"), src.loads.Load()-loads)
 	}
-	eventually(t, 10*time.Second, func() bool { return !testhook.Loading(a.ns, "k0") })
-	if cur, held := inRedis(t, b.tier, src, "k0"); held && !cur {
+	eventually(t, 10*time.Second, func() bool { return !testhook.Loading(a.ns, key) })
+	if cur, held := inRedis(t, b.tier, src, key); held && !cur {
 		t.Fatal("Redis holds the value from before the invalidation")
 	}
 }

@@ -117,6 +117,20 @@ type Refiller interface {
 	Refill(ctx context.Context, item Item) (written bool, held []byte, err error)
 }
 
+// OverRefiller is implemented by Refillers that can also write a copy back
+// over an older load of its key that the tier still holds past its hard
+// time: a write of the newer load failed (it was loaded while the tier was
+// down), and the tier kept the older one for stale-if-error, which no read
+// serves as current. The Cache calls RefillOver on such a hit as it calls
+// Refill on a miss.
+type OverRefiller interface {
+	Refiller
+	// RefillOver is Refill, except that it also writes where the key holds
+	// exactly over (the bytes the Cache read); when the key holds any
+	// other value, held is that value.
+	RefillOver(ctx context.Context, item Item, over []byte) (written bool, held []byte, err error)
+}
+
 // Smearer is implemented by shared tiers that can spread a hot key's reads
 // over several nodes by keeping copies of it (in Redis Cluster a
 // key lives on one node, and one viral product saturates that node). The

@@ -11,7 +11,7 @@ import "github.com/holdfast-dev/holdfast/tier"
 
 // Driver is a shared tier with every optional capability.
 type Driver interface {
-	tier.Refiller
+	tier.OverRefiller
 	tier.Smearer
 	tier.Leveler
 	tier.HotSharer
