@@ -208,6 +208,7 @@ func New(opts Options) (*Cache, error) {
 		// Until the stream is first heard, nothing this process stores
 		// has been checked against an announcement: that is a gap too.
 		c.stream.resumed = make(chan struct{}, 1)
+		c.stream.lost = make(chan struct{}, 1)
 		c.stream.heard.Store(c.clock.Now().UnixNano())
 		c.stream.gap.Store(true)
 		c.goOwned(func() { c.listen(stream) })

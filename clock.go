@@ -18,15 +18,19 @@ func (systemClock) Now() time.Time { return time.Now() }
 // while it runs. Expiry decisions may be late by up to this much.
 const coarseResolution = time.Millisecond
 
-// The clock runs only while reads are frequent enough to gain from it: every
-// coarseWindow ticks it stops unless at least coarseBusyTicks of them saw a
-// read. While stopped, reads take the system clock themselves (exact, and
-// cheap beside a process that reads rarely), and the coarseWakeReads-th such
-// read starts the clock again.
+// The clock runs only while reads are frequent enough to gain from it: a
+// tick wakes the process, which costs as much as hundreds of reads of the
+// system clock, so it pays only at tens of thousands of reads a second.
+// Every coarseWindow ticks it stops unless at least coarseBusyTicks of them
+// saw a read. While stopped, reads take the system clock themselves (exact,
+// and cheap beside a process that reads rarely), and coarseWakeReads such
+// reads within coarseWakeSpan start the clock again; reads spread more
+// thinly, even a steady few thousand a second, leave it stopped.
 const (
 	coarseWindow    = 16
-	coarseBusyTicks = 8
+	coarseBusyTicks = coarseWindow
 	coarseWakeReads = 32
+	coarseWakeSpan  = coarseResolution
 )
 
 // coarseClock keeps the current time in an atomic word, refreshed by one
@@ -43,8 +47,10 @@ type coarseClock struct {
 	read atomic.Bool
 	// stopped: the goroutine waits on wake and the word is not kept.
 	stopped atomic.Bool
-	// slow counts the reads taken from the system clock while stopped.
-	slow atomic.Int32
+	// slow counts the reads taken from the system clock while stopped
+	// since slowFrom (Unix nanoseconds), the first of them.
+	slow     atomic.Int32
+	slowFrom atomic.Int64
 	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
@@ -61,7 +67,19 @@ func startCoarseClock() *coarseClock {
 func (c *coarseClock) load() int64 {
 	if c.stopped.Load() {
 		t := time.Now().UnixNano()
-		if c.slow.Add(1) >= coarseWakeReads {
+		n := c.slow.Add(1)
+		if n == 1 {
+			c.slowFrom.Store(t)
+		}
+		if n >= coarseWakeReads {
+			if t-c.slowFrom.Load() > int64(coarseWakeSpan) {
+				// Too thin to be worth the ticks: count afresh from
+				// this read. Racing reads may lose a count, which
+				// only delays the start.
+				c.slowFrom.Store(t)
+				c.slow.Store(1)
+				return t
+			}
 			// The word first: a read that sees the clock running
 			// must find a current time in it.
 			c.now.Store(t)

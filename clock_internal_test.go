@@ -30,12 +30,14 @@ func TestCoarseClockStopsWhenIdle(t *testing.T) {
 	if after := time.Now().UnixNano(); got < before || got > after {
 		t.Fatalf("stopped clock: load = %d, want the system clock's, in [%d, %d]", got, before, after)
 	}
-	for range coarseWakeReads {
-		c.load()
-	}
-	if c.stopped.Load() {
-		t.Fatalf("%d reads while stopped did not start the clock", coarseWakeReads+1)
-	}
+	// A burst of reads starts it: coarseWakeReads within coarseWakeSpan,
+	// which a descheduled reader may miss, so the burst is repeated.
+	waitFor(t, "started by bursts of reads", func() bool {
+		for range coarseWakeReads {
+			c.load()
+		}
+		return !c.stopped.Load()
+	})
 
 	// Reads without pause for several windows: the clock keeps running.
 	end := time.Now().Add(8 * coarseWindow * coarseResolution)
@@ -56,6 +58,24 @@ func TestCoarseClockStopsWhenIdle(t *testing.T) {
 	}
 
 	waitFor(t, "stopped again once reads ended", c.stopped.Load)
+}
+
+// TestCoarseClockThinReadsLeaveItStopped: reads too far apart for the clock
+// to gain from it, however many, do not start it.
+func TestCoarseClockThinReadsLeaveItStopped(t *testing.T) {
+	c := startCoarseClock()
+	defer c.close()
+
+	waitFor(t, "stopped without reads", c.stopped.Load)
+	// Spaced so that no coarseWakeReads of them fit in coarseWakeSpan.
+	gap := 2 * coarseWakeSpan / coarseWakeReads
+	for range 3 * coarseWakeReads {
+		c.load()
+		time.Sleep(gap)
+	}
+	if !c.stopped.Load() {
+		t.Fatalf("reads %v apart started the clock", gap)
+	}
 }
 
 // TestCoarseClockCloseWhileStopped: close ends the goroutine in either state.

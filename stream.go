@@ -44,6 +44,7 @@ type streamState struct {
 	heard   atomic.Int64 // clock's Unix nanoseconds of the last Heard
 	gap     atomic.Bool  // Lost since the last Heard (or never heard yet)
 	resumed chan struct{}
+	lost    chan struct{} // signalled when a gap begins
 	// resumedAt is when the last gap ended: values loaded since were
 	// loaded while the stream was heard, and need no check.
 	resumedAt atomic.Int64
@@ -105,6 +106,10 @@ func (l listener) Lost() {
 	}
 	if s.gap.CompareAndSwap(false, true) {
 		s.lostHeard.Store(s.heard.Load())
+		select {
+		case s.lost <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -129,18 +134,34 @@ func (c *Cache) listen(stream tier.InvalidationStream) {
 }
 
 // watchStream empties the hot tiers that have gone unheard too long, and
-// revalidates them when the stream is heard again.
+// revalidates them when the stream is heard again. While the stream is
+// heard and nothing is owed it waits for a gap instead of ticking: an idle
+// process pays no wake-ups for it.
 func (c *Cache) watchStream() {
 	t := time.NewTicker(streamCheckEvery)
 	defer t.Stop()
 	stale := false // a revalidation is owed: one failed, or one is due
 	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-c.stream.resumed:
-			stale = true
-		case <-t.C:
+		if !stale && !c.stream.gap.Load() {
+			t.Stop()
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.stream.lost:
+				t.Reset(streamCheckEvery)
+				continue
+			case <-c.stream.resumed:
+				t.Reset(streamCheckEvery)
+				stale = true
+			}
+		} else {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.stream.resumed:
+				stale = true
+			case <-t.C:
+			}
 		}
 		gap := c.stream.gap.Load()
 		unheard := c.clock.Now().UnixNano() - c.stream.heard.Load()
