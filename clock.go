@@ -51,9 +51,9 @@ type coarseClock struct {
 	// since slowFrom (Unix nanoseconds), the first of them.
 	slow     atomic.Int32
 	slowFrom atomic.Int64
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 func startCoarseClock() *coarseClock {
