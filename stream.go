@@ -140,28 +140,28 @@ func (c *Cache) listen(stream tier.InvalidationStream) {
 func (c *Cache) watchStream() {
 	t := time.NewTicker(streamCheckEvery)
 	defer t.Stop()
-	stale := false // a revalidation is owed: one failed, or one is due
+	stale := false  // a revalidation is owed: one failed, or one is due
+	ticking := true // t runs: during a gap, or while a revalidation is owed
 	for {
-		if !stale && !c.stream.gap.Load() {
-			t.Stop()
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-c.stream.lost:
+		if idle := !stale && !c.stream.gap.Load(); idle == ticking {
+			if idle {
+				t.Stop()
+			} else {
 				t.Reset(streamCheckEvery)
-				continue
-			case <-c.stream.resumed:
-				t.Reset(streamCheckEvery)
-				stale = true
 			}
-		} else {
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-c.stream.resumed:
-				stale = true
-			case <-t.C:
-			}
+			ticking = !idle
+		}
+		var tick <-chan time.Time
+		if ticking {
+			tick = t.C
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.stream.resumed:
+			stale = true
+		case <-c.stream.lost:
+		case <-tick:
 		}
 		gap := c.stream.gap.Load()
 		unheard := c.clock.Now().UnixNano() - c.stream.heard.Load()
