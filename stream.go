@@ -140,28 +140,28 @@ func (c *Cache) listen(stream tier.InvalidationStream) {
 func (c *Cache) watchStream() {
 	t := time.NewTicker(streamCheckEvery)
 	defer t.Stop()
-	stale := false  // a revalidation is owed: one failed, or one is due
-	ticking := true // t runs: during a gap, or while a revalidation is owed
+	stale := false // a revalidation is owed: one failed, or one is due
 	for {
-		if idle := !stale && !c.stream.gap.Load(); idle == ticking {
-			if idle {
-				t.Stop()
-			} else {
+		if !stale && !c.stream.gap.Load() {
+			t.Stop()
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.stream.lost:
 				t.Reset(streamCheckEvery)
+				continue
+			case <-c.stream.resumed:
+				t.Reset(streamCheckEvery)
+				stale = true
 			}
-			ticking = !idle
-		}
-		var tick <-chan time.Time
-		if ticking {
-			tick = t.C
-		}
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-c.stream.resumed:
-			stale = true
-		case <-c.stream.lost:
-		case <-tick:
+		} else {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.stream.resumed:
+				stale = true
+			case <-t.C:
+			}
 		}
 		gap := c.stream.gap.Load()
 		unheard := c.clock.Now().UnixNano() - c.stream.heard.Load()
