@@ -12,7 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step's line carries the seconds since the start, so a run's log
+# shows where its time went.
+step() { printf '\n== %s (at %ds)\n' "$*" "$SECONDS"; }
+trap 'printf "\n== done (at %ds)\n" "$SECONDS"' EXIT
 
 step "install test servers when missing"
 ./scripts/install-test-deps.sh
