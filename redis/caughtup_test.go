@@ -21,9 +21,13 @@ import (
 // answers MOVED instead of its old data (readiness.go, routing.go).
 
 // liveLinkLag is how far behind its primary a caught-up replica may answer:
-// asynchronous replication over a live link (readiness.go measures it at
-// 1.3 ms at most on an idle machine); the chaos test allows the same.
-const liveLinkLag = 100 * time.Millisecond
+// asynchronous replication over a live link, which readiness.go measures at
+// 1.3 ms at most on an idle machine and 240 ms at most on a saturated one.
+// This test's stream of costly writes keeps the replica half busy besides
+// (207 ms behind once, under a load average of 8 on 2 cores). A replica
+// read before it caught up is behind by its resync, most of a second here
+// at the start of its catching up, so the bound still tells the two apart.
+const liveLinkLag = 250 * time.Millisecond
 
 // versionLog records when each version of a key was acknowledged by its
 // primary.
