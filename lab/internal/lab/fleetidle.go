@@ -39,6 +39,10 @@ const (
 	idleSettle      = 65 * time.Second
 	idleWindow      = 20 * time.Second
 	idleNodeTimeout = 15 * time.Second // redis.conf's default
+	// idleDialTimeout is the children's connect timeout: starting the
+	// 200th Cache's 180 connections with 199 running beside them took
+	// longer than the default second on 2 cores.
+	idleDialTimeout = 5 * time.Second
 	idleChildKind   = "idle"
 	idleAddrsEnv    = "HOLDFAST_LAB_IDLE_ADDRS"
 	idleCountEnv    = "HOLDFAST_LAB_IDLE_CACHES"
@@ -305,7 +309,7 @@ func idleChildMain(stdin io.Reader, stdout io.Writer) int {
 			// tried three times.
 			for range 3 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				readers[i], errs[i] = NewHoldfast(ctx, ReaderConfig{RedisAddrs: addrs, Load: src.Load, TTL: baseTTL})
+				readers[i], errs[i] = NewHoldfast(ctx, ReaderConfig{RedisAddrs: addrs, DialTimeout: idleDialTimeout, Load: src.Load, TTL: baseTTL})
 				cancel()
 				if errs[i] == nil {
 					return

@@ -18,7 +18,7 @@ import (
 // holdfast mode reports the tier missing rather than run without it, which
 // would measure a different system.
 // Its stats function feeds the table's extra figures.
-var newSharedTier func(ctx context.Context, addrs []string) (tier.Tier, func() map[string]float64, error)
+var newSharedTier func(ctx context.Context, addrs []string, dialTimeout time.Duration) (tier.Tier, func() map[string]float64, error)
 
 // newSentinelTier is newSharedTier for the primary a Sentinel group's
 // sentinels name.
@@ -43,7 +43,7 @@ func NewHoldfast(ctx context.Context, cfg ReaderConfig) (Reader, error) {
 	case len(cfg.RedisAddrs) == 0:
 		return nil, errors.New("holdfast mode needs a Redis address")
 	default:
-		tier, tierStats, err = newSharedTier(ctx, cfg.RedisAddrs)
+		tier, tierStats, err = newSharedTier(ctx, cfg.RedisAddrs, cfg.DialTimeout)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("holdfast: redis tier: %w", err)

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"time"
 
 	"github.com/holdfast-dev/holdfast/internal/breaker"
 	"github.com/holdfast-dev/holdfast/redis"
@@ -11,8 +12,8 @@ import (
 // The holdfast mode's shared tier: package redis with its defaults (50 ms
 // read budget, 100 ms write timeout, breaker on), as a user would run it.
 func init() {
-	newSharedTier = func(ctx context.Context, addrs []string) (tier.Tier, func() map[string]float64, error) {
-		t, err := redis.New(redis.Options{Addrs: addrs})
+	newSharedTier = func(ctx context.Context, addrs []string, dialTimeout time.Duration) (tier.Tier, func() map[string]float64, error) {
+		t, err := redis.New(redis.Options{Addrs: addrs, DialTimeout: dialTimeout})
 		if err != nil {
 			return nil, nil, err
 		}

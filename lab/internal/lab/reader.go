@@ -32,6 +32,11 @@ type ReaderConfig struct {
 	// RedisAddrs are the shared tier's addresses: one for standalone, the
 	// nodes of a cluster otherwise. Empty means no shared tier.
 	RedisAddrs []string
+	// DialTimeout bounds each connect of holdfast's Redis tier. Zero means
+	// the library's default (1 s). fleet-idle's children raise it: 200
+	// Caches' connections opened on 2 cores saturate the machine, and a
+	// dial that then takes longer measures the harness, not the tier.
+	DialTimeout time.Duration
 	// SentinelAddrs and SentinelMaster, when set instead of RedisAddrs,
 	// are the sentinels of a primary with replicas and the name they
 	// monitor it under.
