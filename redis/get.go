@@ -47,15 +47,21 @@ func (t *Tier) getFull(ctx context.Context, key, full string) ([]byte, bool, err
 // primaryGet is getFull on the standalone server, or a Sentinel group's
 // primary.
 func (t *Tier) primaryGet(ctx context.Context, gen uint64, key, full string) ([]byte, bool, error) {
-	cmd := t.client.B().Get().Key(full).Build()
 	rctx, cancel := t.readContext(ctx)
+	defer cancel()
+	return t.primaryGetWithin(ctx, rctx, gen, key, full)
+}
+
+// primaryGetWithin is primaryGet within the read budget rctx, which a
+// Sentinel read shares with the replica read before it.
+func (t *Tier) primaryGetWithin(ctx, rctx context.Context, gen uint64, key, full string) ([]byte, bool, error) {
+	cmd := t.client.B().Get().Key(full).Build()
 	var res rueidis.RedisResult
 	if t.guarded() {
 		res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
 	} else {
 		res = t.client.Do(rctx, cmd)
 	}
-	cancel()
 	// AsBytes aliases the reply's string instead of copying it: with
 	// client-side caching off, each reply is a fresh allocation that nobody
 	// else holds, and the Cache never modifies a value.

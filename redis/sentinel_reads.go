@@ -107,20 +107,24 @@ func (s *nodeSet) readLately() bool {
 }
 
 // sentinelGet is getFull in the Sentinel shape with replica reads: from
-// a ready replica picked as a Cluster read picks (routing.go), its miss
-// read again from the primary; from the primary otherwise.
+// a ready replica picked as a Cluster read picks (routing.go), its miss,
+// or its failure with budget left (a replica just killed fails fast,
+// before readiness knows), read again from the primary within the same
+// budget; from the primary otherwise. A replica that used up the budget
+// fails the read, as sentinelMGet's group fails.
 func (t *Tier) sentinelGet(ctx context.Context, rs *nodeSet, gen uint64, key, full string) ([]byte, bool, error) {
+	rctx, cancel := t.readContext(ctx)
+	defer cancel()
 	n, viaPrimary, _ := rs.pick(slot(full))
 	if n != nil && !viaPrimary {
-		rctx, cancel := t.readContext(ctx)
 		res, o := t.readFrom(ctx, rctx, n, n.client, func(b rueidis.Builder) rueidis.Completed { return b.Get().Key(full).Build() })
-		cancel()
-		if !hasMiss(res) {
+		err := res.Error()
+		if err == nil || (!rueidis.IsRedisNil(err) && rctx.Err() != nil) {
 			t.br.Done(gen, o)
 			return t.getResult(key, res)
 		}
 	}
-	b, found, err := t.primaryGet(ctx, gen, key, full)
+	b, found, err := t.primaryGetWithin(ctx, rctx, gen, key, full)
 	if p := rs.primaryFor(0); p != nil {
 		p.requests.add(1)
 		if err == nil {

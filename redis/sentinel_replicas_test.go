@@ -610,12 +610,17 @@ func TestSentinelGetManyReplicaMissFromPrimary(t *testing.T) {
 	}
 }
 
-// TestSentinelGetManyReplicaDownFromPrimary: a replica killed under
-// GetMany fails fast, and its calls are read from the primary within
-// their budget: none fails.
-func TestSentinelGetManyReplicaDownFromPrimary(t *testing.T) {
+// TestSentinelReplicaDownFromPrimary: a replica killed under Get fails
+// fast, and its reads are read from the primary within their budget:
+// none fails. TestSentinelGetManyReplicaDownFromPrimary: the same under
+// GetMany.
+func TestSentinelReplicaDownFromPrimary(t *testing.T) { replicaDown(t, 0) }
+
+func TestSentinelGetManyReplicaDownFromPrimary(t *testing.T) { replicaDown(t, 10) }
+
+func replicaDown(t *testing.T, batch int) {
 	r := newReplicaRig(t, 1000, 16)
-	l := r.readMany(500*time.Microsecond, 10)
+	l := r.readMany(500*time.Microsecond, batch)
 	time.Sleep(300 * time.Millisecond)
 	r.g.Nodes()[2].Kill()
 	time.Sleep(2 * time.Second)
