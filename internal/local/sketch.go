@@ -12,6 +12,7 @@ type sketch struct {
 	blockMask uint64   // blocks-1
 	additions int      // counted since the last halving
 	sample    int      // additions between halvings
+	halvings  uint8    // how many halvings, mod 256: see count
 }
 
 // sketchMin is the fewest keys a sketch is sized for.
@@ -84,31 +85,49 @@ func (s *sketch) estimate(h uint64) int {
 	return int(min(c0, c1, c2, c3))
 }
 
-// increment adds one to the counter at bit sh of word w of b, short of 15.
-func increment(b *[8]uint64, w, sh uint64) {
-	if b[w]>>sh&15 < 15 {
+// increment adds one to the counter at bit sh of word w of b, short of 15,
+// and returns the counter.
+func increment(b *[8]uint64, w, sh uint64) uint64 {
+	c := b[w] >> sh & 15
+	if c < 15 {
 		b[w] += 1 << sh
+		c++
 	}
+	return c
 }
 
 // add counts one more use of h, each counter saturating at 15, and halves
-// every counter when a sample is complete.
-func (s *sketch) add(h uint64) {
+// every counter when a sample is complete. It returns h's count after the
+// addition, as estimate would.
+func (s *sketch) add(h uint64) uint8 {
 	if s.table == nil {
-		return
+		return 0
 	}
 	b := s.block(h)
 	// Written out, as in estimate: the four counters lie in four
 	// different words, so the increments are independent.
-	increment(b, counterWord(h, 0)&7, counterShift(h, 0))
-	increment(b, counterWord(h, 1)&7, counterShift(h, 1))
-	increment(b, counterWord(h, 2)&7, counterShift(h, 2))
-	increment(b, counterWord(h, 3)&7, counterShift(h, 3))
+	c0 := increment(b, counterWord(h, 0)&7, counterShift(h, 0))
+	c1 := increment(b, counterWord(h, 1)&7, counterShift(h, 1))
+	c2 := increment(b, counterWord(h, 2)&7, counterShift(h, 2))
+	c3 := increment(b, counterWord(h, 3)&7, counterShift(h, 3))
+	c := uint8(min(c0, c1, c2, c3))
 	s.additions++
 	if s.additions >= s.sample {
 		for i, w := range s.table {
 			s.table[i] = w >> 1 & 0x7777777777777777
 		}
 		s.additions /= 2
+		s.halvings++
+		c >>= 1
 	}
+	return c
+}
+
+// count is a held key's count: what add returned when the key was last
+// counted (c, after halving number at), halved as the sketch has been
+// since. A held key is counted only through its node, so this is its
+// estimate less what other keys have added to its counters since: never
+// more than the estimate.
+func (s *sketch) count(c, at uint8) int {
+	return int(c) >> min(s.halvings-at, 4)
 }
