@@ -549,16 +549,18 @@ func (sh *shard[V]) admit(c, v *node[V], now int64) int {
 	if c.read.Load() {
 		sh.countRead(c)
 	}
-	// The counts the nodes keep spare a write the sketch's look-ups, 110
-	// instructions of its 1,210. A node's count is its key's estimate
-	// less what other keys have added to its counters since it was
-	// counted: the candidate's, a window's length ago, is close to it. The
-	// victim's can only be higher: ahead by 2 or more, the victim
-	// outclasses the candidate whatever was added; closer, its estimate
-	// decides, as taking the count there too cost the loop at 32,768
-	// entries half a point of hits (bench/cmd/hitratio, five seeds).
+	// The counts the nodes keep spare a write the sketch's look-ups. A
+	// node's count is its key's estimate less what other keys have added
+	// to its counters since it was counted: the candidate's, a window's
+	// length ago, is close to it. The victim's can only be higher, which
+	// matters where the candidate would win: there its estimate decides,
+	// as taking the count there too cost the loop at 32,768 entries half
+	// a point of hits (bench/cmd/hitratio, five seeds). Where the victim
+	// wins, its count judges whether it outclasses the candidate, at up
+	// to a quarter point on Zipf workloads against looking it up for
+	// that too, which costs a write 50 instructions more.
 	cf, vf := sh.sketch.count(c.freq, c.freqAt), sh.sketch.count(v.freq, v.freqAt)
-	if vf-cf < 2 {
+	if cf > vf {
 		vf = sh.sketch.estimate(v.hash)
 	}
 	if cf > vf {
