@@ -499,10 +499,15 @@ func (sh *shard[V]) evict(now int64) {
 // them, is unlinked once rather than moved to probation and unlinked
 // there, 60 instructions of a write's 1,100.
 func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
+	// c meets only the entries that were on probation before it, as it
+	// would from probation's back: the ones demoted to probation while
+	// the read ones are promoted come after it. Meeting those too let a
+	// newcomer in over keys read three times each and counted once.
+	older := sh.qLen[probation]
 	for sh.bytes > sh.maxBytes {
-		v := sh.probationVictim(now)
+		v := sh.probationVictim(now, &older)
 		if v == nil {
-			// Probation holds nothing: c is the main part's
+			// Probation holds nothing older: c is the main part's
 			// least-known entry and goes, as Caffeine's does when
 			// candidate and victim are one.
 			sh.evictNode(c)
@@ -511,6 +516,7 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 		switch sh.admit(c, v, now) {
 		case admitted:
 			sh.evictNode(v)
+			older--
 			continue
 		case outclassed:
 			// The victim goes to probation's back, so that the next
@@ -586,7 +592,12 @@ func (sh *shard[V]) admit(c, v *node[V], now int64) int {
 // victim is the entry to evict when no candidate competes: probation's
 // next, then the protected share's, then the window's.
 func (sh *shard[V]) victim(now int64) *node[V] {
-	if v := sh.probationVictim(now); v != nil {
+	// Past two laps (readers reading every entry as it runs), the oldest.
+	looks := 2*sh.qLen[probation] + 1
+	if v := sh.probationVictim(now, &looks); v != nil {
+		return v
+	}
+	if v := sh.q[probation].head; v != nil {
 		return v
 	}
 	if v := sh.nextUnread(protected, now); v != nil {
@@ -596,10 +607,12 @@ func (sh *shard[V]) victim(now int64) *node[V] {
 }
 
 // probationVictim is probation's oldest entry not read since it came in, or
-// expired; the read ones it passes are promoted to the protected share, as
-// an LRU's policy promotes them when they are read.
-func (sh *shard[V]) probationVictim(now int64) *node[V] {
-	for range 2*sh.qLen[probation] + 1 {
+// expired, among the next *looks from its head; the read ones it passes
+// are promoted to the protected share, as an LRU's policy promotes them
+// when they are read, each taking one of the looks. It returns nil when
+// probation is empty or the looks run out.
+func (sh *shard[V]) probationVictim(now int64, looks *int) *node[V] {
+	for ; *looks > 0; *looks-- {
 		n := sh.q[probation].head
 		if n == nil || unread(n, now) {
 			return n
@@ -610,7 +623,7 @@ func (sh *shard[V]) probationVictim(now int64) *node[V] {
 			sh.move(sh.nextUnread(protected, now), probation)
 		}
 	}
-	return sh.q[probation].head
+	return nil
 }
 
 // nextUnread is queue q's oldest entry not read since the policy last
