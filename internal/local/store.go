@@ -50,11 +50,11 @@
 //
 // A write, a Get that misses and the Set that follows into a full store
 // (BenchmarkMissSet), does more than a CLOCK's did: the sketch's
-// estimates and additions and the moves between the queues. Counted by
-// valgrind's cachegrind, which a busy machine does not move (GOMAXPROCS=1
-// GOGC=off; the count at -test.benchtime 300000x less that at 100000x),
-// it takes 1,284 instructions and 10 first-level data-cache misses a
-// write, the CLOCK store 919 and 8.
+// additions and look-ups and the moves between the queues. Counted by
+// valgrind's cachegrind, which a busy machine moves little (GOMAXPROCS=1
+// GOGC=off; the count at -test.benchtime 300000x less that at 100000x,
+// over 200,000), it takes 1,040 instructions and 8 first-level data-cache
+// misses a write, the CLOCK store 920 and 8.
 //
 // Each shard indexes its entries in a table of buckets, each a chain of nodes
 // linked through a field of their own, which a read follows with atomic
