@@ -38,8 +38,8 @@ func TestOutclassedVictimMovesBack(t *testing.T) {
 		if head == nil {
 			t.Fatal("a full store has nothing on probation")
 		}
-		for sh.sketch.estimate(head.hash) < 1+c.gap {
-			sh.sketch.add(head.hash)
+		for sh.sketch.count(head.freq, head.freqAt) < 1+c.gap {
+			sh.counted(head)
 		}
 		// A newcomer counted once, whose window overflow meets the head.
 		refused := firstRefused(s, 1000, entries)

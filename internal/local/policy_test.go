@@ -303,3 +303,48 @@ func TestSketchGrowKeepsCounts(t *testing.T) {
 		}
 	}
 }
+
+// A key's count kept from add is never above its estimate, whatever other
+// keys add and however often the sketch halves, and is the estimate while
+// no other key shares its counters.
+func TestCountNeverAboveEstimate(t *testing.T) {
+	var sk sketch
+	sk.ensure(64)
+	const held = 8
+	var freq, at [held]uint8
+	counted := func(i int) {
+		c := sk.add(spread(uint64(i)))
+		freq[i], at[i] = c, sk.halvings
+	}
+	r := uint64(1)
+	for step := range 20 * sk.sample {
+		r = spread(r)
+		if i := int(r % 64); i < held {
+			counted(i)
+		} else {
+			sk.add(spread(uint64(i)))
+		}
+		for i := range held {
+			if c, e := sk.count(freq[i], at[i]), sk.estimate(spread(uint64(i))); c > e {
+				t.Fatalf("step %d: key %d counts %d, above its estimate %d", step, i, c, e)
+			}
+		}
+	}
+	if sk.halvings < 10 {
+		t.Fatalf("%d halvings, want the test to cross several", sk.halvings)
+	}
+
+	var alone sketch
+	alone.ensure(64)
+	h, other := spread(1), spread(2)
+	for alone.block(other) == alone.block(h) {
+		other = spread(other)
+	}
+	c := alone.add(h)
+	for range 3 * alone.sample {
+		alone.add(other)
+		if got, want := alone.count(c, 0), alone.estimate(h); got != want {
+			t.Fatalf("after %d halvings the lone key counts %d, its estimate %d", alone.halvings, got, want)
+		}
+	}
+}
