@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,8 +134,10 @@ func (d *tierDriver) Listen(ctx context.Context, l tier.Listener) {
 	}
 	hb := t.opts.Stream.Channel + ":hb:" + t.streamID
 	wait := streamBackoff
+	last := ""
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		if t.listenOnce(ctx, t.streamAddr(attempt), hb, l, call) {
+		last = t.streamAddr(attempt, last)
+		if t.listenOnce(ctx, last, hb, l, call) {
 			wait = streamBackoff
 		}
 		call(l.Lost)
@@ -158,7 +161,14 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 	if sub == nil {
 		return false
 	}
-	defer sub.Close()
+	// Closed on a goroutine of the Tier's: on a frozen node Close takes
+	// about a second (measured), which would delay the loss reported
+	// when this returns, and the next subscription, by as much.
+	defer func() {
+		if !t.goOwned(sub.Close) {
+			sub.Close()
+		}
+	}()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var last atomic.Int64  // when a heartbeat last came back
@@ -295,14 +305,21 @@ func (t *Tier) heartbeat(ctx context.Context, hb string, now time.Time) {
 }
 
 // streamAddr is the node the attempt-th subscription goes to: any node of
-// a Cluster not ejected (the bus brings every message to each), at random;
-// the server of a standalone one; a Sentinel group's primary.
-func (t *Tier) streamAddr(attempt int) string {
+// a Cluster not ejected (the bus brings every message to each), at random,
+// but not prev, the one the last subscription gave up on, while another is
+// left (a frozen node is not ejected without reads to find it out, and a
+// second try on it costs another second unheard); the server of a
+// standalone one; a Sentinel group's primary.
+func (t *Tier) streamAddr(attempt int, prev string) string {
 	if t.sentinel != nil {
 		return t.Primary()
 	}
 	if t.nodes != nil {
-		if addrs := t.nodes.liveAddrs(); len(addrs) > 0 {
+		addrs := t.nodes.liveAddrs()
+		if len(addrs) > 1 {
+			addrs = slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return a == prev })
+		}
+		if len(addrs) > 0 {
 			return addrs[rand.IntN(len(addrs))]
 		}
 	}

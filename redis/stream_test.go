@@ -189,11 +189,12 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	srv.Freeze()
 	frozen := time.Now()
 	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !testhook.StreamHeard(rc) })
-	// Five unanswered PingIntervals, and the teardown; wide margin for a
-	// busy machine, and short of the five heartbeats (5 s) alone.
+	// Five unanswered PingIntervals. The frozen connection's Close, which
+	// takes about a second, must not come before the report: with it the
+	// loss came 1.4–1.5 s after the freeze.
 	lost := time.Since(frozen)
 	t.Logf("loss reported %v after the freeze", lost)
-	if lost > 2500*time.Millisecond {
+	if lost > time.Second {
 		t.Errorf("loss reported %v after the freeze, want about 500 ms", lost)
 	}
 	want := src.update("p1")
