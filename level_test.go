@@ -195,3 +195,40 @@ func TestBusyNodeHotKeyEntersHotTier(t *testing.T) {
 		t.Fatalf("the next read from %v, want the hot tier", res.Source)
 	}
 }
+
+// A copy answers for a busy node only within Hot.TTL of when it was found
+// current, as a hot-tier copy would: a stream that breaks is noticed only
+// after a while, and an invalidation lost meanwhile must not be served for
+// as long as the node stays busy. A shared-tier hit of the same load finds
+// it current again; a hot copy put for a busy node lives Hot.TTL from then,
+// not from the read that put it.
+func TestBusyNodeCopyAgesOutAtHotTTL(t *testing.T) {
+	clk := fakeclock.New(t0)
+	shared := &busyTier{Tier: inmem.New(clk.Now)}
+	var admit atomic.Bool
+	p := holdfast.Policy{TTL: time.Minute, SoftTTL: 30 * time.Second, StaleIfError: time.Hour,
+		Hot: holdfast.HotPolicy{Threshold: -1, TTL: 2 * time.Second, Admit: func(string) bool { return admit.Load() }}}
+	ns := newListeningNS(t, holdfast.Options{Shared: shared, Clock: clk}, p)
+	src := &source{}
+	mustGet(t, ns, "p1", src.Load)
+	shared.shed.Store(true)
+	if res := mustGet(t, ns, "p1", src.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
+		t.Fatalf("just loaded: from %v, want memory-for-busy-node", res.Source)
+	}
+	clk.Advance(2 * time.Second)
+	if res := mustGet(t, ns, "p1", src.Load); res.Source != holdfast.SourceShared {
+		t.Fatalf("found current Hot.TTL ago: from %v for %v, want shared", res.Source, res.Reason)
+	}
+	clk.Advance(1500 * time.Millisecond)
+	admit.Store(true)
+	if res := mustGet(t, ns, "p1", src.Load); !answered(res, holdfast.SourceMemory, holdfast.ReasonNodeBusy, false) {
+		t.Fatalf("found current in the shared tier 1.5 s ago: from %v for %v, want memory-for-busy-node", res.Source, res.Reason)
+	}
+	if res := mustGet(t, ns, "p1", src.Load); res.Source != holdfast.SourceHot {
+		t.Fatalf("after the busy-node answer: from %v, want its hot copy", res.Source)
+	}
+	clk.Advance(600 * time.Millisecond)
+	if res := mustGet(t, ns, "p1", src.Load); res.Source != holdfast.SourceShared {
+		t.Fatalf("2.1 s after it was found current: from %v for %v, want shared (the hot copy gone at 2 s)", res.Source, res.Reason)
+	}
+}

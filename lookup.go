@@ -109,15 +109,19 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 // and not a cached not-found, found current (loaded, or read from
 // the shared tier) since the invalidation stream was last heard again and
 // with the stream heard now, so that no invalidation of it can have gone
-// by unheard. That is the guarantee a hot-tier copy has; a copy that lacks
-// it is read from the tier as usual. A refresh never takes this path: it is
-// there to read past what is held.
+// by unheard, and found so less than Hot.TTL ago. That is the guarantee a
+// hot-tier copy has: a stream that breaks is noticed only a second or so
+// later (a frozen node's PINGs time out), and an announcement lost
+// meanwhile leaves a copy found current before it served no longer than
+// Hot.TTL after. A copy that lacks it is read from the tier as usual. A
+// refresh never takes this path: it is there to read past what is held.
 func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 	if j.refreshOf != 0 || !n.levelingOn() {
 		return outcome{}, false
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.negative || now >= m.soft || !n.c.stream.heardAll(m.currentAt()) || n.grade(j.key, m, now) != gradeCurrent {
+	if m == nil || m.negative || now >= m.soft || now-m.currentAt() >= int64(n.p.Hot.TTL) ||
+		!n.c.stream.heardAll(m.currentAt()) || n.grade(j.key, m, now) != gradeCurrent {
 		return outcome{}, false
 	}
 	if !n.c.caps.level.Shed(n.prefix + j.key) {
@@ -128,9 +132,10 @@ func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 	// it there: answered from last-known-good instead, it would otherwise
 	// stay out of the tier meant for it as long as its node stays busy.
 	// The flight's store lock orders it with an invalidation heard
-	// meanwhile, as for a shared-tier hit.
+	// meanwhile, as for a shared-tier hit; it lives Hot.TTL from when it
+	// was found current, as that hit's copy would.
 	if j.f.beginStore() {
-		n.putHot(j.key, m, local.SizeClass(cap(m.raw)), now)
+		n.putHot(j.key, m, local.SizeClass(cap(m.raw)), m.currentAt(), now)
 	}
 	j.f.endStore()
 	res, err := n.servedFor(m, SourceMemory, ReasonNodeBusy, now)

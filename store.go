@@ -60,7 +60,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 	// The envelope as allocated: its capacity, rounded up as the
 	// allocator does (a 16 KiB value in its 40-byte envelope takes 18 KiB).
 	held := local.SizeClass(cap(m.raw))
-	n.putHot(key, m, held, now)
+	n.putHot(key, m, held, now, now)
 	if n.lkg != nil {
 		// Only a newer load replaces what last-known-good holds: copies
 		// of a key in the shared tier can hold different loads of it (a
@@ -73,11 +73,12 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 		old := n.lkg.Get(key, now)
 		switch {
 		case old != nil && m.origin == old.origin && m.current > old.currentAt() &&
-			old.currentAt() < n.c.stream.resumedAt.Load():
+			(old.currentAt() < n.c.stream.resumedAt.Load() || m.current-old.currentAt() >= int64(n.p.Hot.TTL)/2):
 			// The same load, found current again after a gap in the
-			// invalidation stream: it may answer for a busy node again
-			// (spareBusyNode). Written only then, so a hit still costs a
-			// lookup.
+			// invalidation stream, or half a Hot.TTL after it last was:
+			// it may answer for a busy node again (spareBusyNode), which
+			// takes copies found current within Hot.TTL. Written only
+			// then, so a hit still costs a lookup.
 			d := *old
 			d.current = m.current
 			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d), now)
@@ -90,11 +91,12 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 	}
 }
 
-// putHot puts m, held bytes, in the hot tier if key may enter it now.
-func (n *Namespace) putHot(key string, m *meta, held, now int64) {
+// putHot puts m, held bytes, in the hot tier if key may enter it now, for
+// Hot.TTL from found, when m was found current.
+func (n *Namespace) putHot(key string, m *meta, held, found, now int64) {
 	if n.hot != nil && !n.hotOff.Load() && n.admitHot(key, now) {
 		// Never past the soft time: a hot-tier hit is always fresh.
-		if exp := min(now+int64(n.p.Hot.TTL), m.soft); exp > now {
+		if exp := min(found+int64(n.p.Hot.TTL), m.soft); exp > now {
 			n.hot.Set(key, *m, held, exp, now)
 		}
 	}
