@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
@@ -42,7 +43,7 @@ const (
 	vBadValue         = "bad value"
 	vReadYourInval    = "read-your-invalidations"
 	vStaleShared      = "stale: shared tier past the landed invalidation"
-	vStaleHot         = "stale: hot tier past Hot.TTL"
+	vStaleHot         = "stale: hot tier (or memory for a busy node) past Hot.TTL"
 	vStaleLoaded      = "stale: loaded past LoadTimeout"
 	vPastSoft         = "served past soft time"
 	vPastHard         = "served past hard time"
@@ -280,10 +281,12 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 			c.add(vStaleShared, r, "read %s (%s; read began %v after the delete landed, bound %v)",
 				r.srcVer(c), inval, time.Duration(r.begin-landed), chaosReplicaSlack)
 		}
-	case r.src == holdfast.SourceHot:
+	case r.src == holdfast.SourceHot || r.src == holdfast.SourceMemory && r.why == holdfast.ReasonNodeBusy:
 		// A hot copy is stored at the end of a load that read the source
 		// before the supersession (at most LoadTimeout later), or from a
 		// shared-tier read made before the delete landed; it lives Hot.TTL.
+		// A last-known-good copy answering for a busy node was found
+		// current the same ways, and is held to the same bound.
 		stored := cv.superseded + int64(b.loadTimeout+chaosFlightSlack)
 		if landed == 0 {
 			return // bounded by the soft-time check alone
@@ -384,4 +387,40 @@ func (c *chaosChecker) describe(v chaosViolation) string {
 	return fmt.Sprintf("%s: key %s (%s in that process then), process %d (%s), read %s–%s (%v): %s; faults active: %s",
 		v.kind, key, c.hot.hotAt(int(r.proc), key, r.begin), r.proc, role, c.rel(r.begin), c.rel(r.end),
 		time.Duration(r.end-r.begin).Round(time.Microsecond), v.detail, describeFaults(c.sched, v.faults))
+}
+
+// history lists the answers the process got for r's key in the window
+// before r began, runs of the same answer collapsed: which path brought a
+// copy into the hot tier, say, is in the read that preceded its hits.
+func (c *chaosChecker) history(r *chaosRead, window time.Duration) string {
+	var rs []*chaosRead
+	for i := range c.reads {
+		o := &c.reads[i]
+		if o.proc == r.proc && o.key == r.key && o.begin <= r.begin && o.begin >= r.begin-int64(window) {
+			rs = append(rs, o)
+		}
+	}
+	sort.Slice(rs, func(a, b int) bool { return rs[a].begin < rs[b].begin })
+	var b strings.Builder
+	for i := 0; i < len(rs); {
+		o := rs[i]
+		j := i + 1
+		for j < len(rs) && rs[j].src == o.src && rs[j].why == o.why && rs[j].ver == o.ver && rs[j].errKind == o.errKind {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		if o.errKind != chaosOK {
+			fmt.Fprintf(&b, "%s %s", c.rel(o.begin), o.errKind)
+		} else {
+			fmt.Fprintf(&b, "%s v%d %s/%s (origin %s)", c.rel(o.begin), o.ver, o.src, o.why, c.rel(o.origin))
+		}
+		if j-i > 1 {
+			fmt.Fprintf(&b, " ×%d to %s", j-i, c.rel(rs[j-1].begin))
+		}
+		i = j
+	}
+	return fmt.Sprintf("the process's reads of the key in the %v before: %s; its invalidation stream then: %s",
+		window, b.String(), c.hot.streamBetween(c.sched, int(r.proc), r.begin-int64(window), r.begin))
 }

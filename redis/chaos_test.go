@@ -12,12 +12,14 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/holdfast-dev/holdfast"
 	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/internal/testhook"
 	"github.com/holdfast-dev/holdfast/redis"
 )
 
@@ -86,9 +88,10 @@ var chaosSeedFlag = flag.Uint64("chaos.seed", 0, "TestChaos: replay this seed of
 //   - in the other processes, a superseded version only from: the shared
 //     tier until its delete landed (Invalidate returned with nothing queued
 //     for replay, or the replay queue drained) + 100 ms of replica lag; the
-//     hot tier until Hot.TTL after its latest possible store (the end of a
-//     load that began before the supersession, LoadTimeout + 250 ms, or a
-//     shared read before the delete landed); a load that read the source
+//     hot tier, and last-known-good answering for a busy node, until
+//     Hot.TTL after its latest possible store (the end of a load that
+//     began before the supersession, LoadTimeout + 250 ms, or a shared
+//     read before the delete landed); a load that read the source
 //     before the supersession (LoadTimeout + 250 ms);
 //   - everywhere: hot, shared and local answers before their soft time,
 //     stale ones before hard, stale-on-error ones within hard +
@@ -288,6 +291,9 @@ func TestChaos(t *testing.T) {
 			break
 		}
 		t.Error(chk.describe(v))
+		if i < 3 {
+			t.Log(chk.history(v.read, 2*time.Second))
+		}
 	}
 	if slow := rep.slowOutside(1); len(slow) > 0 && chk.netLatency(slow[0]) > chaosLatencyMax {
 		t.Errorf("latency: max read latency outside database faults and lost writes, net of process stalls, %v > %v: %s",
@@ -493,7 +499,22 @@ type chaosSamples struct {
 	hot       []chaosHotSample // bounded by the sampling loop's count
 	opens     []uint64         // BreakerOpens per process, last seen
 	openedAt  [][2]int64       // [process, when] of each opening seen
+	// stream is each process's invalidation stream, sampled every
+	// chaosStreamEvery: its changes only, for the failure messages.
+	stream     [][]chaosStreamSample
+	lastStream []chaosStreamSample
 }
+
+// chaosStreamSample is a process's invalidation stream as its Cache sees
+// it: heard or not, and how many losses its tier had reported.
+type chaosStreamSample struct {
+	at     int64
+	heard  bool
+	losses uint64
+}
+
+// chaosStreamEvery is how often the streams' states are sampled.
+const chaosStreamEvery = 10 * time.Millisecond
 
 // chaosHotSample is which keys each process found hot at one moment, for
 // the failure messages (a hot key is read from its smeared copies).
@@ -503,7 +524,43 @@ type chaosHotSample struct {
 }
 
 func newChaosSamples(procs []*chaosProc) *chaosSamples {
-	return &chaosSamples{procs: procs, ejections: map[string]uint64{}, maxHot: make([]int, len(procs)), opens: make([]uint64, len(procs))}
+	return &chaosSamples{procs: procs, ejections: map[string]uint64{}, maxHot: make([]int, len(procs)), opens: make([]uint64, len(procs)),
+		stream: make([][]chaosStreamSample, len(procs)), lastStream: make([]chaosStreamSample, len(procs))}
+}
+
+// sampleStreams records each process's stream state where it changed.
+func (s *chaosSamples) sampleStreams() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now().UnixNano()
+	for i, p := range s.procs {
+		st := chaosStreamSample{at: now, heard: testhook.StreamHeard(p.cache), losses: p.tier.Stats().StreamLosses}
+		if last := s.lastStream[i]; last.at == 0 || last.heard != st.heard || last.losses != st.losses {
+			s.stream[i] = append(s.stream[i], st)
+		}
+		s.lastStream[i] = st
+	}
+}
+
+// streamBetween describes proc's stream from its state at from to its
+// changes up to to.
+func (s *chaosSamples) streamBetween(sched *chaosScheduler, proc int, from, to int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	for i, st := range s.stream[proc] {
+		if st.at > to {
+			break
+		}
+		if next := i + 1; st.at < from && next < len(s.stream[proc]) && s.stream[proc][next].at <= from {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s (%d losses)", sched.rel(st.at), map[bool]string{true: "heard", false: "unheard"}[st.heard], st.losses)
+	}
+	return b.String()
 }
 
 // hotAt says whether key was hot in process proc at the sample nearest t.
@@ -528,11 +585,16 @@ func (s *chaosSamples) hotAt(proc int, key string, t int64) string {
 func (s *chaosSamples) run(stop <-chan struct{}, hardEnd time.Time) {
 	tk := time.NewTicker(250 * time.Millisecond)
 	defer tk.Stop()
-	for n := 0; n < 1_000_000; n++ {
+	st := time.NewTicker(chaosStreamEvery)
+	defer st.Stop()
+	for n := 0; n < 10_000_000; n++ {
 		select {
 		case <-stop:
 			s.sample()
 			return
+		case <-st.C:
+			s.sampleStreams()
+			continue
 		case <-tk.C:
 		}
 		if time.Now().After(hardEnd) {
