@@ -120,8 +120,11 @@ func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 		return outcome{}, false
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.negative || now >= m.soft || now-m.currentAt() >= int64(n.p.Hot.TTL) ||
-		!n.c.stream.heardAll(m.currentAt()) || n.grade(j.key, m, now) != gradeCurrent {
+	if m == nil || m.negative || now >= m.soft {
+		return outcome{}, false
+	}
+	found := m.currentAt()
+	if now-found >= int64(n.p.Hot.TTL) || !n.c.stream.heardAll(found) || n.grade(j.key, m, now) != gradeCurrent {
 		return outcome{}, false
 	}
 	if !n.c.caps.level.Shed(n.prefix + j.key) {
@@ -135,7 +138,7 @@ func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
 	// meanwhile, as for a shared-tier hit; it lives Hot.TTL from when it
 	// was found current, as that hit's copy would.
 	if j.f.beginStore() {
-		n.putHot(j.key, m, local.SizeClass(cap(m.raw)), m.currentAt(), now)
+		n.putHot(j.key, m, local.SizeClass(cap(m.raw)), found, now)
 	}
 	j.f.endStore()
 	res, err := n.servedFor(m, SourceMemory, ReasonNodeBusy, now)
