@@ -64,10 +64,14 @@ type tierCaps struct {
 	stream tier.InvalidationStream
 	level  tier.Leveler
 	health tier.HealthReporter
+	// vget is the shared tier itself when it is a tier.VersionedGetter and
+	// the Coordinator: a wrapper sees every Get, and the version read with
+	// a value is the one its SetIfVersion checks.
+	vget tier.VersionedGetter
 }
 
 func probeTier(t tier.Tier) tierCaps {
-	return tierCaps{
+	tc := tierCaps{
 		coord:  probe[tier.Coordinator](t),
 		refill: probe[tier.Refiller](t),
 		smear:  probe[tier.Smearer](t),
@@ -76,6 +80,10 @@ func probeTier(t tier.Tier) tierCaps {
 		level:  probe[tier.Leveler](t),
 		health: probe[tier.HealthReporter](t),
 	}
+	if vg, ok := t.(tier.VersionedGetter); ok && tc.coord != nil && tier.Coordinator(vg) == tc.coord {
+		tc.vget = vg
+	}
+	return tc
 }
 
 // probe returns the first tier down t's Unwrap chain that implements I.

@@ -50,10 +50,13 @@ func (n *Namespace) load(ctx context.Context, js []*job, src source) {
 	n.loadNow(ctx, held, src)
 }
 
-// prepare reads j's version, before the source is read, and takes its lease
-// or finds another process holding it.
+// prepare reads j's version, before the source is read, unless the lookup
+// read it with the key's value, and takes its lease or finds another
+// process holding it.
 func (n *Namespace) prepare(ctx context.Context, j *job) {
-	j.ver = n.readVersion(ctx, j.key, j.status)
+	if !j.verRead {
+		j.ver = n.readVersion(ctx, j.key, j.status)
+	}
 	if n.p.Lease.Enabled && n.coord != nil && j.status == tierMiss && !j.f.published {
 		j.waiting = n.takeLease(ctx, j)
 	}

@@ -91,7 +91,7 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 		j.status = tierDown
 	default:
 		n.c.shared.readBegins(now)
-		m, j.status = n.sharedReadTraced(ctx, j.key)
+		m, j.status = n.sharedReadTraced(ctx, j)
 		m.current = now // found current by a read sent then
 		began := now
 		now = n.exactNow() // see lookup
@@ -290,6 +290,22 @@ func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus
 		v, found, err = n.c.opts.Shared.Get(ctx, n.prefix+key)
 	}
 	return n.decodeLookup(key, tier.Lookup{Value: v, Found: found, Err: err})
+}
+
+// sharedRead is sharedGet for the lookup of job j, which also leaves j the
+// key's version when the tier read it with the value (tier.VersionedGetter):
+// a load after a miss then needs no Version call of its own. A smeared
+// copy's read is sharedGet's.
+func (n *Namespace) sharedRead(ctx context.Context, j *job) (meta, tierStatus) {
+	if n.vget == nil || n.smearing(j.key) {
+		return n.sharedGet(ctx, j.key)
+	}
+	l := n.vget.GetVersioned(ctx, n.prefix+j.key)
+	m, status := n.decodeLookup(j.key, l.Lookup)
+	if l.Versioned && status != tierDown {
+		j.ver, j.verRead = version{l.Version, true}, true
+	}
+	return m, status
 }
 
 // decodeLookup classifies the shared tier's answer for key. A value older

@@ -34,8 +34,9 @@ type Namespace struct {
 	ctr      *counters
 	pending  pendingDeletes
 	marks    watermarks
-	coord    tier.Coordinator // the shared tier, when it coordinates processes
-	hotKeys  *hotkey.Detector // non-nil with hotDetected, or a smearing shared tier
+	coord    tier.Coordinator     // the shared tier, when it coordinates processes
+	vget     tier.VersionedGetter // the shared tier, when it reads versions with values
+	hotKeys  *hotkey.Detector     // non-nil with hotDetected, or a smearing shared tier
 	// hotDetected is set when only the keys found hot enter the hot tier
 	// (a positive Hot.Threshold); else every key read does.
 	hotDetected bool
@@ -69,7 +70,7 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		}
 	}
 	n.hotDetected = n.p.Hot.Threshold > 0
-	n.coord, n.smear = c.caps.coord, c.caps.smear
+	n.coord, n.smear, n.vget = c.caps.coord, c.caps.smear, c.caps.vget
 	if p.Hot.MaxBytes > 0 {
 		n.hot = local.New[meta](p.Hot.MaxBytes)
 		// The hot tier's window follows its hit rate; the hits are the

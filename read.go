@@ -30,6 +30,7 @@ type job struct {
 	status    tierStatus // the shared tier's answer
 	fallback  *meta      // a value stale-if-error may still serve
 	ver       version    // the key's version, read before the source
+	verRead   bool       // ver was read with the shared tier's answer
 	lease     *lease     // held while this process loads the key
 	waiting   bool       // another process holds the key's lease
 	refill    *meta      // a copy in memory to write back instead of loading

@@ -51,16 +51,17 @@ func either(cond bool, yes, no string) string {
 	return no
 }
 
-// sharedReadTraced is sharedGet inside a traced stage: the node the tier
-// reports, and the outcome.
-func (n *Namespace) sharedReadTraced(ctx context.Context, key string) (meta, tierStatus) {
+// sharedReadTraced is the lookup's shared-tier read of j's key
+// (sharedRead) inside a traced stage: the node the tier reports, and the
+// outcome.
+func (n *Namespace) sharedReadTraced(ctx context.Context, j *job) (meta, tierStatus) {
 	st := n.startStage(ctx, traceSharedRead)
 	if st == nil {
-		return n.sharedGet(ctx, key)
+		return n.sharedRead(ctx, j)
 	}
 	var node string
 	ctx = tier.WithNodeReport(ctx, func(addr string) { node = addr })
-	m, status := n.sharedGet(ctx, key)
+	m, status := n.sharedRead(ctx, j)
 	st.End(stageResult{Outcome: statusOutcome(status), Node: node})
 	return m, status
 }

@@ -68,12 +68,7 @@ func newProcess(t *testing.T, opts holdfast.Options, p holdfast.Policy) (*holdfa
 func TestCoordinatorPrimitives(t *testing.T) {
 	for _, mode := range []string{"standalone", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var addrs []string
-			if mode == "standalone" {
-				addrs = []string{redistest.Standalone(t).Addr()}
-			} else {
-				addrs = redistest.Cluster(t).Addrs()
-			}
+			addrs := serverAddrs(t, mode)
 			tr := newTier(t, Options{Addrs: addrs})
 			ctx := ctxT(t, 10*time.Second)
 			for i := range 20 { // keys over many slots: the siblings must share each one's slot

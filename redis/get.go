@@ -55,18 +55,32 @@ func (t *Tier) primaryGet(ctx context.Context, gen uint64, key, full string) ([]
 // primaryGetWithin is primaryGet within the read budget rctx, which a
 // Sentinel read shares with the replica read before it.
 func (t *Tier) primaryGetWithin(ctx, rctx context.Context, gen uint64, key, full string) ([]byte, bool, error) {
-	cmd := t.client.B().Get().Key(full).Build()
+	res := t.primaryDo(ctx, rctx, gen, t.client.B().Get().Key(full).Build())
+	// AsBytes aliases the reply's string instead of copying it: with
+	// client-side caching off, each reply is a fresh allocation that nobody
+	// else holds, and the Cache never modifies a value.
+	return t.getResult(key, res)
+}
+
+// primaryRead sends the read cmd to the standalone server, or a Sentinel
+// group's primary, under the read budget, and reports the outcome.
+func (t *Tier) primaryRead(ctx context.Context, gen uint64, cmd rueidis.Completed) rueidis.RedisResult {
+	rctx, cancel := t.readContext(ctx)
+	defer cancel()
+	return t.primaryDo(ctx, rctx, gen, cmd)
+}
+
+// primaryDo sends the read cmd to the primary within rctx and reports the
+// outcome.
+func (t *Tier) primaryDo(ctx, rctx context.Context, gen uint64, cmd rueidis.Completed) rueidis.RedisResult {
 	var res rueidis.RedisResult
 	if t.guarded() {
 		res = guard(rctx, t, func() rueidis.RedisResult { return t.client.Do(rctx, cmd) }, rueidis.NewErrorResult)
 	} else {
 		res = t.client.Do(rctx, cmd)
 	}
-	// AsBytes aliases the reply's string instead of copying it: with
-	// client-side caching off, each reply is a fresh allocation that nobody
-	// else holds, and the Cache never modifies a value.
 	t.end(ctx, gen, res.Error())
-	return t.getResult(key, res)
+	return res
 }
 
 // beginRead is begin for a read of key, counting a refusal.

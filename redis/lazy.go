@@ -106,6 +106,15 @@ func (d *lazyDriver) Get(ctx context.Context, key string) ([]byte, bool, error) 
 	return nil, false, errNotConnected
 }
 
+// GetVersioned implements tier.VersionedGetter.
+func (d *lazyDriver) GetVersioned(ctx context.Context, key string) tier.VersionedLookup {
+	l := (*Lazy)(d)
+	if t := l.tier.Load(); t != nil {
+		return t.GetVersioned(ctx, key)
+	}
+	return tier.VersionedLookup{Lookup: tier.Lookup{Err: errNotConnected}}
+}
+
 // GetMany implements tier.Tier.
 func (d *lazyDriver) GetMany(ctx context.Context, keys []string) ([]tier.Lookup, error) {
 	l := (*Lazy)(d)

@@ -276,6 +276,14 @@ func hasMiss(res rueidis.RedisResult) bool {
 // the file comment). err is set, and nothing sent, when no node of the
 // slot is eligible.
 func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd func(rueidis.Builder) rueidis.Completed) (_ rueidis.RedisResult, err error) {
+	return t.nodeReadAs(ctx, gen, key, full, cmd, cmd)
+}
+
+// nodeReadAs is nodeRead that sends the command built by primaryCmd
+// instead when the read goes to the slot's primary over the map (at once,
+// or after a replica's miss); cmd goes to replicas and through rueidis's
+// routing.
+func (t *Tier) nodeReadAs(ctx context.Context, gen uint64, key, full string, cmd, primaryCmd func(rueidis.Builder) rueidis.Completed) (_ rueidis.RedisResult, err error) {
 	c := &t.stats
 	sl := slot(full)
 	n, viaPrimary, covered := t.nodes.pick(sl)
@@ -303,7 +311,7 @@ func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd f
 	}
 	if viaPrimary {
 		var po breaker.Outcome
-		res, po = t.readFrom(ctx, rctx, n, n.asPrimary, cmd)
+		res, po = t.readFrom(ctx, rctx, n, n.asPrimary, primaryCmd)
 		o = worse(o, po)
 		if !isRedirect(res.Error()) {
 			t.br.Done(gen, o)

@@ -76,12 +76,7 @@ func get(t *testing.T, ns *holdfast.Namespace, key string, l holdfast.Loader) ho
 func TestStreamPropagatesUpdates(t *testing.T) {
 	for _, mode := range []string{"standalone", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var addrs []string
-			if mode == "standalone" {
-				addrs = []string{redistest.Standalone(t).Addr()}
-			} else {
-				addrs = redistest.Cluster(t).Addrs()
-			}
+			addrs := serverAddrs(t, mode)
 			src := &versionedSource{}
 			_, writer := newListeningCache(t, Options{Addrs: addrs}, hotPolicy)
 			readers := make([]*holdfast.Namespace, 3)

@@ -34,6 +34,16 @@ func newTier(t *testing.T, o Options) *Tier {
 	return tr
 }
 
+// serverAddrs starts a standalone server or a Cluster, as mode says
+// ("standalone" or "cluster"), and returns its addresses.
+func serverAddrs(t *testing.T, mode string) []string {
+	t.Helper()
+	if mode == "standalone" {
+		return []string{redistest.Standalone(t).Addr()}
+	}
+	return redistest.Cluster(t).Addrs()
+}
+
 // rawClient is a plain rueidis client for writing straight into Redis.
 func rawClient(t *testing.T, addrs ...string) rueidis.Client {
 	t.Helper()

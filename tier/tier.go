@@ -93,6 +93,29 @@ type Coordinator interface {
 	Release(ctx context.Context, key, token string) error
 }
 
+// VersionedGetter is implemented by Coordinators that can read a key's
+// version in the same round trip as its value. The Cache reads a key this
+// way when its lookup is a single Get, so that a miss, which loads, needs
+// no Version call of its own before the load: on a Redis Cluster that call
+// was a third of a miss's round trips.
+type VersionedGetter interface {
+	Coordinator
+	// GetVersioned is Get that also reads key's version, as Version would
+	// have at the instant of the read, on the node whose version
+	// SetIfVersion checks. When it could not (the value came from a
+	// replica, say), Versioned is false and the Cache calls Version before
+	// it loads, as it does without this interface.
+	GetVersioned(ctx context.Context, key string) VersionedLookup
+}
+
+// VersionedLookup is GetVersioned's answer: the Lookup, and key's version
+// when Versioned.
+type VersionedLookup struct {
+	Lookup
+	Version   uint64
+	Versioned bool
+}
+
 // Refiller is implemented by coordinating tiers that can take back a value
 // a process holds in memory when the tier has lost it (a node restarted
 // empty, a replica promoted without the latest writes, an eviction), so

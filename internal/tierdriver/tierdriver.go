@@ -12,6 +12,7 @@ import "github.com/holdfast-dev/holdfast/tier"
 // Driver is a shared tier with every optional capability.
 type Driver interface {
 	tier.OverRefiller
+	tier.VersionedGetter
 	tier.Smearer
 	tier.Leveler
 	tier.HotSharer

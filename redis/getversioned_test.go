@@ -1,0 +1,84 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/holdfast-dev/holdfast"
+	"github.com/holdfast-dev/holdfast/internal/redistest"
+	"github.com/holdfast-dev/holdfast/tier"
+)
+
+// GetVersioned answers as Get does, and with the version Version reads
+// whenever it says Versioned; a miss, the read that loads, always has it
+// from a healthy server.
+func TestGetVersioned(t *testing.T) {
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			addrs := serverAddrs(t, mode)
+			tr := newTier(t, Options{Addrs: addrs})
+			ctx := ctxT(t, 20*time.Second)
+			for i := range 20 { // keys over many slots
+				key := fmt.Sprint("product:", i)
+				l := tr.GetVersioned(ctx, key)
+				if l.Err != nil || l.Found || !l.Versioned || l.Version != 0 {
+					t.Fatalf("%s, never written: %+v; want a miss at version 0", key, l)
+				}
+				if err := tr.Invalidate(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				l = tr.GetVersioned(ctx, key)
+				if l.Err != nil || l.Found || !l.Versioned || l.Version != 1 {
+					t.Fatalf("%s, invalidated once: %+v; want a miss at version 1", key, l)
+				}
+				if ok, err := tr.SetIfVersion(ctx, tier.Item{Key: key, Value: []byte("v"), TTL: time.Minute}, 1); !ok || err != nil {
+					t.Fatalf("%s: SetIfVersion at 1: %v, %v", key, ok, err)
+				}
+				l = tr.GetVersioned(ctx, key)
+				if l.Err != nil || !l.Found || string(l.Value) != "v" || (l.Versioned && l.Version != 1) {
+					t.Fatalf("%s, written at version 1: %+v; want the value", key, l)
+				}
+				v, found, err := tr.Get(ctx, key)
+				if err != nil || !found || string(v) != "v" {
+					t.Fatalf("%s: Get %q, %v, %v after GetVersioned's hit", key, v, found, err)
+				}
+			}
+		})
+	}
+}
+
+// A Cache's miss reads the key and its version in one MGET, and the load's
+// write is still refused when an invalidation bumps the version after that
+// read.
+func TestMissReadsVersionWithValue(t *testing.T) {
+	srv := redistest.Standalone(t)
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
+	_, ns := newProcess(t, holdfast.Options{Shared: tr, Logger: quiet}, holdfast.Policy{TTL: time.Minute})
+	ctx := ctxT(t, 10*time.Second)
+	gets, mgets := commandCalls(t, srv, "get"), commandCalls(t, srv, "mget")
+	if _, err := ns.Get(ctx, "a", func(context.Context, string) ([]byte, error) { return []byte("A"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The one GET is SetIfVersion's script's, which commandstats counts.
+	if g, m := commandCalls(t, srv, "get")-gets, commandCalls(t, srv, "mget")-mgets; g != 1 || m != 1 {
+		t.Fatalf("a miss ran %d GET and %d MGET; want the key and its version in one MGET, and the script's GET", g, m)
+	}
+	if v, found, _ := tr.Get(ctx, "product:a"); !found || len(v) == 0 {
+		t.Fatal("the load was not written to Redis")
+	}
+	res, err := ns.Get(ctx, "b", func(ctx context.Context, key string) ([]byte, error) {
+		// Another process's write and invalidation land during the load.
+		if err := tr.Invalidate(ctx, "product:b"); err != nil {
+			return nil, err
+		}
+		return []byte("old"), nil
+	})
+	if err != nil || string(res.Value) != "old" {
+		t.Fatalf("b: %q, %v", res.Value, err)
+	}
+	if _, found, _ := tr.Get(ctx, "product:b"); found {
+		t.Fatal("a value loaded before an invalidation was written after it")
+	}
+}
