@@ -184,9 +184,9 @@ func countFailure(err error, failed, skipped *counter, n int) {
 // (a standalone server, or Cluster.Disabled), the first failure goes to the
 // tier's breaker.
 //
-// While Redis is suspect (guarded) or when the call spans primaries, each
-// pipeline runs on a goroutine the Tier owns and the caller leaves at the
-// deadline whatever rueidis does.
+// While its primary is suspect (batchGuarded) or when the call spans
+// primaries, each pipeline runs on a goroutine the Tier owns and the caller
+// leaves at the deadline whatever rueidis does.
 func (t *Tier) toPrimaries(ctx context.Context, timeout time.Duration, cmds []command) ([]rueidis.RedisResult, error) {
 	gen, err := t.begin(ctx)
 	if err != nil {
@@ -200,7 +200,7 @@ func (t *Tier) toPrimaries(ctx context.Context, timeout time.Duration, cmds []co
 		t.settle(gen, breaker.Ignore) // every primary ejected: nothing sent
 		return results, nil
 	}
-	if len(batches) == 1 && !t.guarded() {
+	if len(batches) == 1 && !t.batchGuarded(batches[0]) {
 		batches[0].ch <- t.sendBatch(cctx, batches[0])
 	} else {
 		for _, b := range batches {
@@ -249,6 +249,20 @@ func (t *Tier) toPrimaries(ctx context.Context, timeout time.Duration, cmds []co
 		t.settle(gen, o)
 	}
 	return results, nil
+}
+
+// batchGuarded reports whether b's pipeline runs under guard. One sent to a
+// node of the map is guarded as a read of that node is (nodeGuarded): its
+// connection is the node's own, which another node's failure cannot hold
+// up, so a timeout on one node no longer sends every write to every node
+// through a goroutine of its own for suspectFor (in the lab's hot-zipf, a
+// few read timeouts a minute did that to most of the run's writes). One
+// through rueidis's routing is guarded while the whole tier is suspect.
+func (t *Tier) batchGuarded(b *primaryBatch) bool {
+	if b.n == nil {
+		return t.guarded()
+	}
+	return t.nodeGuarded(b.n)
 }
 
 // primaryBatch is the commands of one toPrimaries call that go to one
