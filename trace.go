@@ -54,14 +54,14 @@ func either(cond bool, yes, no string) string {
 // sharedReadTraced is the lookup's shared-tier read of j's key
 // (sharedRead) inside a traced stage: the node the tier reports, and the
 // outcome.
-func (n *Namespace) sharedReadTraced(ctx context.Context, j *job) (meta, tierStatus) {
+func (n *Namespace) sharedReadTraced(ctx context.Context, j *job, now int64) (meta, tierStatus) {
 	st := n.startStage(ctx, traceSharedRead)
 	if st == nil {
-		return n.sharedRead(ctx, j)
+		return n.sharedRead(ctx, j, now)
 	}
 	var node string
 	ctx = tier.WithNodeReport(ctx, func(addr string) { node = addr })
-	m, status := n.sharedRead(ctx, j)
+	m, status := n.sharedRead(ctx, j, now)
 	st.End(stageResult{Outcome: statusOutcome(status), Node: node})
 	return m, status
 }
