@@ -68,7 +68,7 @@ type shard struct {
 	nodes []*node // nodes[0] is the primary
 }
 
-// retiredNode is a node that left the slot map, kept for retireFor with
+// retiredNode is a node that left the slot map, kept for nodeSet.retireFor with
 // its client and counters in case it comes back: CLUSTER SLOTS leaves out a
 // replica the cluster flags as failed, for instance while it restarts.
 type retiredNode struct {
@@ -210,14 +210,19 @@ func (s *nodeSet) install(m slotMap) {
 	}
 	var expired []*node
 	for a, rn := range s.retired {
-		if time.Since(rn.at) > retireFor {
+		if time.Since(rn.at) > s.retireFor {
 			expired = append(expired, rn.n)
 			delete(s.retired, a)
 		}
 	}
 	s.mu.Unlock()
 	for _, n := range expired {
-		n.close()
+		// Off the install: closing the client of a node that has
+		// stopped answering waits on its connections, about a second
+		// each, and the new map must not.
+		if !s.t.goOwned(n.close) {
+			n.close()
+		}
 	}
 
 	// Dial new nodes outside the lock and in parallel: each may take

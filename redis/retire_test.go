@@ -1,0 +1,89 @@
+package redis
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/holdfast-dev/holdfast/internal/redistest"
+)
+
+// TestRetiredNodeClosedOffInstall: a node that left the slot map and has
+// since stopped answering (a real server, SIGSTOPped, with the node's
+// connections open) is closed when its retirement ends on a goroutine the
+// Tier owns, so the map installed then is not held up by the close, and
+// the Tier's Close waits for it.
+func TestRetiredNodeClosedOffInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starting a Cluster takes seconds")
+	}
+	cl := redistest.Cluster(t)
+	ctx := ctxT(t, 60*time.Second)
+	tr := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "t:"})
+	s := tr.nodes
+
+	msg, err := tr.client.Do(ctx, tr.client.B().ClusterSlots().Build()).ToMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := parseClusterSlots(msg, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A second node for one of the servers, its connections open, the
+	// server then frozen: this node's close waits on them.
+	srv := cl.Replicas(ctx)[0]
+	old := s.newNode(srv.Addr())
+	if old == nil {
+		t.Fatal("no node for", srv.Addr())
+	}
+	for _, c := range []rueidis.Client{old.client, old.asPrimary} {
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw)
+
+	// Hold the loop's refreshes off, so that this install is the one that
+	// ends the retirement.
+	s.mu.Lock()
+	for s.refreshing {
+		s.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+		s.mu.Lock()
+	}
+	s.refreshing = true
+	s.retired["retired:1"] = retiredNode{n: old, at: time.Now().Add(-2 * s.retireFor)}
+	s.mu.Unlock()
+
+	start := time.Now()
+	s.install(m)
+	took := time.Since(start)
+	t.Logf("install with the retirement ending took %v", took)
+
+	s.mu.Lock()
+	_, still := s.retired["retired:1"]
+	s.refreshing = false
+	s.mu.Unlock()
+	if still {
+		t.Fatal("the node's retirement did not end")
+	}
+	// The close itself, measured alone, takes about a second a client on
+	// a frozen server; the install without it well under a millisecond.
+	if took > 300*time.Millisecond {
+		t.Errorf("the install took %v, waiting on the retired node's close", took)
+	}
+
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []rueidis.Client{old.client, old.asPrimary} {
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); !errors.Is(err, rueidis.ErrClosing) {
+			t.Errorf("after the Tier's Close, the retired node's client answers %v, want %v", err, rueidis.ErrClosing)
+		}
+	}
+}
