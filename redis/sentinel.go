@@ -371,8 +371,9 @@ func (s *sentinelClient) check() {
 }
 
 // move makes pc, of configuration epoch at least epoch, the primary, then
-// closes the old one's client: calls still on it fail, and their outcomes,
-// of the breaker's old generation, are not counted.
+// closes the old one's client, on a goroutine Close waits for: calls still
+// on it fail, and their outcomes, of the breaker's old generation, are not
+// counted.
 func (s *sentinelClient) move(pc *primaryConn, epoch int64) {
 	if s.ctx.Err() != nil {
 		pc.client.Close()
@@ -383,7 +384,14 @@ func (s *sentinelClient) move(pc *primaryConn, epoch int64) {
 	s.left.Store(old.addr, epoch)
 	s.left.Delete(pc.addr)
 	s.moved(pc.addr)
-	old.client.Close()
+	// On a goroutine of its own: a client of a primary that stopped
+	// answering takes about a second a connection to close, and the
+	// resolver must be free to follow the next move meanwhile.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		old.client.Close()
+	}()
 }
 
 // Primary returns the current primary's address.
