@@ -133,7 +133,6 @@ type nodeSet struct {
 	mu         sync.Mutex
 	nodes      map[string]*node
 	retired    map[string]retiredNode // left the map lately; see install
-	retireFor  time.Duration          // how long a retired node is kept
 	refreshing bool
 	closed     bool
 
@@ -165,19 +164,18 @@ const pollTimeout = 500 * time.Millisecond
 func newNodeSet(t *Tier, sentinel bool) (*nodeSet, error) {
 	o := t.opts.Cluster
 	s := &nodeSet{
-		t:         t,
-		o:         o,
-		clock:     t.opts.Clock.Now,
-		tick:      min(50*time.Millisecond, o.SilentConnTimeout/10),
-		nodes:     make(map[string]*node),
-		retired:   make(map[string]retiredNode),
-		retireFor: retireFor,
-		kick:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		start:     time.Now(),
-		written:   make([]atomic.Int64, slotCount),
-		sentinel:  sentinel,
+		t:        t,
+		o:        o,
+		clock:    t.opts.Clock.Now,
+		tick:     min(50*time.Millisecond, o.SilentConnTimeout/10),
+		nodes:    make(map[string]*node),
+		retired:  make(map[string]retiredNode),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		start:    time.Now(),
+		written:  make([]atomic.Int64, slotCount),
+		sentinel: sentinel,
 	}
 	if s.tick < time.Millisecond {
 		s.tick = time.Millisecond

@@ -57,7 +57,7 @@ func TestRetiredNodeClosedOffInstall(t *testing.T) {
 		s.mu.Lock()
 	}
 	s.refreshing = true
-	s.retired["retired:1"] = retiredNode{n: old, at: time.Now().Add(-2 * s.retireFor)}
+	s.retired["retired:1"] = retiredNode{n: old, at: time.Now().Add(-2 * retireFor)}
 	s.mu.Unlock()
 
 	start := time.Now()

@@ -68,7 +68,7 @@ type shard struct {
 	nodes []*node // nodes[0] is the primary
 }
 
-// retiredNode is a node that left the slot map, kept for nodeSet.retireFor with
+// retiredNode is a node that left the slot map, kept for retireFor with
 // its client and counters in case it comes back: CLUSTER SLOTS leaves out a
 // replica the cluster flags as failed, for instance while it restarts.
 type retiredNode struct {
@@ -210,7 +210,7 @@ func (s *nodeSet) install(m slotMap) {
 	}
 	var expired []*node
 	for a, rn := range s.retired {
-		if time.Since(rn.at) > s.retireFor {
+		if time.Since(rn.at) > retireFor {
 			expired = append(expired, rn.n)
 			delete(s.retired, a)
 		}
