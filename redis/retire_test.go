@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -81,9 +82,15 @@ func TestRetiredNodeClosedOffInstall(t *testing.T) {
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []rueidis.Client{old.client, old.asPrimary} {
+	wantClosed(t, ctx, old.client, old.asPrimary)
+}
+
+// wantClosed fails t unless every client in cs has been closed.
+func wantClosed(t *testing.T, ctx context.Context, cs ...rueidis.Client) {
+	t.Helper()
+	for _, c := range cs {
 		if err := c.Do(ctx, c.B().Ping().Build()).Error(); !errors.Is(err, rueidis.ErrClosing) {
-			t.Errorf("after the Tier's Close, the retired node's client answers %v, want %v", err, rueidis.ErrClosing)
+			t.Errorf("after Close, a client answers %v, want %v", err, rueidis.ErrClosing)
 		}
 	}
 }

@@ -156,6 +156,15 @@ func (t *Tier) goOwned(f func()) bool {
 	return true
 }
 
+// closeOff runs close, which may wait on a server that has stopped
+// answering (rueidis's Close waits up to a second a connection for a
+// PING), on a goroutine the Tier owns; once the Tier is closed, here.
+func (t *Tier) closeOff(close func()) {
+	if !t.goOwned(close) {
+		close()
+	}
+}
+
 // nodeGuarded reports whether a call to n runs under guard: n failed
 // recently, or the tier's breaker is not closed. A bad node's reads are
 // guarded; reads of healthy nodes keep the direct path.

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -47,9 +46,5 @@ func TestSentinelMoveDoesNotWaitOnOldPrimary(t *testing.T) {
 	}
 
 	s.Close()
-	for _, pc := range []*primaryConn{oldPC, newPC} {
-		if err := pc.client.Do(ctx, pc.client.B().Ping().Build()).Error(); !errors.Is(err, rueidis.ErrClosing) {
-			t.Errorf("after Close, %s's client answers %v, want %v", pc.addr, err, rueidis.ErrClosing)
-		}
-	}
+	wantClosed(t, ctx, oldPC.client, newPC.client)
 }

@@ -164,11 +164,7 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 	// Closed on a goroutine of the Tier's: on a frozen node Close takes
 	// about a second (measured), which would delay the loss reported
 	// when this returns, and the next subscription, by as much.
-	defer func() {
-		if !t.goOwned(sub.Close) {
-			sub.Close()
-		}
-	}()
+	defer t.closeOff(sub.Close)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var last atomic.Int64  // when a heartbeat last came back

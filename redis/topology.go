@@ -217,12 +217,7 @@ func (s *nodeSet) install(m slotMap) {
 	}
 	s.mu.Unlock()
 	for _, n := range expired {
-		// Off the install: closing the client of a node that has
-		// stopped answering waits on its connections, about a second
-		// each, and the new map must not.
-		if !s.t.goOwned(n.close) {
-			n.close()
-		}
+		s.t.closeOff(n.close) // the new map must not wait on it
 	}
 
 	// Dial new nodes outside the lock and in parallel: each may take
