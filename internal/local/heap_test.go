@@ -74,16 +74,29 @@ func TestIndexBytes(t *testing.T) {
 			shards = n
 		}
 		budget := perShard * shards * cost
-		base := memtest.LiveHeap()
-		s := local.New[[]byte](budget)
-		for i := range 2 * budget / cost {
-			s.Set(fmt.Sprintf("q:%010d", i), nil, 0, 1<<62, 0)
+		measure := func() float64 {
+			base := memtest.LiveHeap()
+			s := local.New[[]byte](budget)
+			for i := range 2 * budget / cost {
+				s.Set(fmt.Sprintf("q:%010d", i), nil, 0, 1<<62, 0)
+			}
+			heap := memtest.LiveHeap() - base
+			st := s.Stats()
+			runtime.KeepAlive(s)
+			return float64(heap)/float64(st.Entries) - float64(cost-local.MapEntryBytes-local.SketchEntryBytes)
 		}
-		heap := memtest.LiveHeap() - base
-		st := s.Stats()
-		runtime.KeepAlive(s)
-		shares := float64(heap)/float64(st.Entries) - float64(cost-local.MapEntryBytes-local.SketchEntryBytes)
-		t.Logf("%d entries in %d shards, %d bytes: the index and the sketch take %.1f bytes an entry", st.Entries, shards, budget, shares)
+		// An allocation of the runtime's or the test framework's between
+		// the two heap reads only ever adds (one run in ten added 5 KiB,
+		// 40 bytes an entry of the smallest store), so the least of three
+		// measures is the store's.
+		shares := measure()
+		for range 2 {
+			if shares <= local.MapEntryBytes+local.SketchEntryBytes {
+				break
+			}
+			shares = min(shares, measure())
+		}
+		t.Logf("%d entries a shard, %d shards, %d bytes: the index and the sketch take %.1f bytes an entry", perShard, shards, budget, shares)
 		if shares > local.MapEntryBytes+local.SketchEntryBytes {
 			t.Errorf("the index and the sketch take %.1f bytes an entry; Cost charges %d", shares, local.MapEntryBytes+local.SketchEntryBytes)
 		}
