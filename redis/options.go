@@ -349,10 +349,10 @@ type StreamOptions struct {
 	// subscribes again elsewhere. In a Cluster each heartbeat crosses the
 	// bus to every node. Default 1 s.
 	Heartbeat time.Duration
-	// PingInterval is how often the subscription is sent a PING when it
-	// received nothing for that long: unanswered for five intervals (a
-	// frozen node, a dead connection), it counts as a loss too. Each PING
-	// costs the subscribed node alone. Default 200 ms.
+	// PingInterval is how long the subscription may receive nothing
+	// before it is sent a PING: silent for two intervals (a frozen node, a
+	// dead connection), it counts as a loss too. Each PING costs the
+	// subscribed node alone. Default 500 ms.
 	PingInterval time.Duration
 }
 
@@ -432,7 +432,7 @@ const (
 	DefaultMaxKeyBytes    = 1 << 10
 	DefaultMaxStoredBytes = 1<<20 + tier.HeaderSize
 	DefaultHeartbeat      = time.Second
-	DefaultStreamPing     = 200 * time.Millisecond
+	DefaultStreamPing     = 500 * time.Millisecond
 )
 
 // withDefaults validates o and returns a copy with the defaults filled in.

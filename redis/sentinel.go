@@ -484,13 +484,30 @@ func (t *Tier) Primary() string {
 	return t.opts.Addrs[0]
 }
 
+// primaryMoves returns a channel closed at the tier's next move to a new
+// primary (primaryMoved).
+func (t *Tier) primaryMoves() <-chan struct{} {
+	for {
+		if ch := t.moved.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if t.moved.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
+}
+
 // primaryMoved is what the tier does when it has moved to the primary at
 // addr, which answered ROLE as a master just now: the breaker starts over,
 // and the stream's subscription moves.
 func (t *Tier) primaryMoved(addr string) {
 	t.lastAnswer.Store(t.opts.Clock.Now().UnixNano())
 	t.br.Reset()
-	t.primaryGen.Add(1)
+	next := make(chan struct{})
+	if ch := t.moved.Swap(&next); ch != nil {
+		close(*ch)
+	}
 	t.stats.primaryMoves.add(1)
 	if rs := t.reps.Load(); rs != nil {
 		rs.kickTopology() // the replicas are the new primary's

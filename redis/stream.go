@@ -43,11 +43,12 @@ import (
 //     channel of its own (through the tier's client, which spreads keyless
 //     commands over the nodes), and hearing it come back is how it knows
 //     the stream delivers, bus included (tier.Listener.Heard);
-//   - every PingInterval (200 ms) in which its subscription received
-//     nothing, it PINGs the subscribed node on that connection.
+//   - when its subscription has received nothing for a PingInterval
+//     (500 ms) and no heartbeat is on its way back, it PINGs the
+//     subscribed node on that connection: idle, one PING a second.
 //
 // A heartbeat overdue by lostAfterHeartbeats intervals (5 s), a
-// subscription unanswered for as many PingIntervals (1 s), or a broken
+// subscription silent for lostAfterPings PingIntervals (1 s), or a broken
 // one, is reported as a loss (Listener.Lost), and the process subscribes
 // again, on another node; its Cache then checks what it holds against the
 // shared tier. The PING costs the one node; the heartbeat costs every node
@@ -59,9 +60,13 @@ import (
 var _ tier.InvalidationStream = (*Tier)(nil)
 
 // lostAfterHeartbeats is how many heartbeat intervals may pass without one,
-// or PingIntervals without an answer on the subscription, before the
-// stream is reported lost.
-const lostAfterHeartbeats = 5
+// and lostAfterPings how many PingIntervals without anything received on
+// the subscription, before the stream is reported lost. A PING goes out
+// after one silent interval, so a healthy node has the second to answer.
+const (
+	lostAfterHeartbeats = 5
+	lostAfterPings      = 2
+)
 
 // Stream reconnects back off from streamBackoff, doubling, to
 // maxStreamBackoff.
@@ -173,7 +178,7 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 	last.Store(start.UnixNano())
 	alive.Store(start.UnixNano())
 	var gotOne atomic.Bool
-	gen := t.primaryGen.Load()
+	moved := t.primaryMoves()
 	done := make(chan error, 1)
 	go func() {
 		cmd := sub.B().Subscribe().Channel(t.opts.Stream.Channel, hb).Build()
@@ -201,10 +206,10 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 		done <- err
 	}()
 	// A PING on the subscription's own connection, when it received
-	// nothing for a PingInterval, says within lostAfterHeartbeats of them
-	// that its node froze or the connection died: it costs that node
-	// alone. The heartbeat, which crosses the cluster bus to every node,
-	// proves the whole way at the slower Heartbeat.
+	// nothing for a PingInterval, says within lostAfterPings of them that
+	// its node froze or the connection died: it costs that node alone.
+	// The heartbeat, which crosses the cluster bus to every node, proves
+	// the whole way at the slower Heartbeat.
 	pingEvery, every := t.opts.Stream.PingInterval, t.opts.Stream.Heartbeat
 	var pings sync.WaitGroup
 	defer func() {
@@ -220,7 +225,7 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 		go func() {
 			defer pings.Done()
 			defer pinging.Store(false)
-			pctx, pcancel := context.WithTimeout(sctx, lostAfterHeartbeats*pingEvery)
+			pctx, pcancel := context.WithTimeout(sctx, lostAfterPings*pingEvery)
 			defer pcancel()
 			if sub.Do(pctx, sub.B().Ping().Build()).Error() == nil {
 				alive.Store(time.Now().UnixNano())
@@ -232,12 +237,15 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 	// again after an outage is how soon the hot copies from before it are
 	// checked and the breaker's backoff cut short, and updates made
 	// meanwhile wait on it. (One sent before the SUBSCRIBE took effect is
-	// simply not heard.)
+	// simply not heard.) After that the loop wakes only when something is
+	// due, about twice a second idle: a ticker at a fraction of the
+	// PingInterval cost an idle process more CPU than all its other
+	// background work.
 	fast := max(min(firstHeartbeats, pingEvery, every), time.Millisecond)
-	tick := time.NewTicker(fast)
-	defer tick.Stop()
-	slow := false
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	var sent time.Time
+	var echoFrom int64 // when the last heartbeat the server took went out
 	for {
 		select {
 		case <-ctx.Done():
@@ -246,30 +254,48 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 			return gotOne.Load()
 		case <-done:
 			return gotOne.Load()
-		case now := <-tick.C:
+		case <-moved:
+			// On a Sentinel group's old primary the subscription may
+			// still hear (as a replica it receives what the new primary
+			// publishes), or hear nothing until the PINGs give up: it
+			// moves to the new primary at once, as after a loss, since
+			// what was published around the failover may not have
+			// reached it.
+			cancel()
+			<-done
+			return gotOne.Load()
+		case now := <-timer.C:
 			ns := now.UnixNano()
-			// On a Sentinel group's old primary the subscription may still
-			// hear (as a replica it receives what the new primary
-			// publishes), or hear nothing until the PINGs give up: it moves
-			// to the new primary at once, as after a loss, since what was
-			// published around the failover may not have reached it.
-			if ns-last.Load() > int64(lostAfterHeartbeats*every) || ns-alive.Load() > int64(lostAfterHeartbeats*pingEvery) ||
-				t.primaryGen.Load() != gen {
+			if ns-last.Load() > int64(lostAfterHeartbeats*every) || ns-alive.Load() > int64(lostAfterPings*pingEvery) {
 				cancel()
 				<-done
 				return gotOne.Load()
 			}
-			if !gotOne.Load() || now.Sub(sent) >= every {
-				t.heartbeat(ctx, hb, now)
+			heard := gotOne.Load()
+			echo := false // a heartbeat on its way back stands in for a PING
+			if !heard || now.Sub(sent) >= every {
+				echo = t.heartbeat(ctx, hb, now)
 				sent = now
+				if echo {
+					echoFrom = ns
+				}
 			}
-			if ns-alive.Load() >= int64(pingEvery) {
+			if !echo && ns-alive.Load() >= int64(pingEvery) {
 				ping()
 			}
-			if !slow && gotOne.Load() {
-				slow = true
-				tick.Reset(max(pingEvery/2, time.Millisecond))
+			if !heard {
+				timer.Reset(fast)
+				continue
 			}
+			// The next of: the heartbeat to send, the PING to send (none
+			// while one is in flight or a heartbeat's echo is due), and
+			// the two losses to check.
+			a := alive.Load()
+			next := min(sent.UnixNano()+int64(every), a+int64(lostAfterPings*pingEvery)+1, last.Load()+int64(lostAfterHeartbeats*every)+1)
+			if !pinging.Load() {
+				next = min(next, max(a, echoFrom)+int64(pingEvery))
+			}
+			timer.Reset(max(time.Duration(next-time.Now().UnixNano()), time.Millisecond))
 		}
 	}
 }
@@ -289,15 +315,16 @@ func (t *Tier) streamRecovered() {
 	}
 }
 
-// heartbeat publishes one heartbeat on hb, bounded by WriteTimeout. In a
-// Cluster the client sends it to a node of its choice: the heartbeats of
-// a process cross the cluster bus from every node in turn.
-func (t *Tier) heartbeat(ctx context.Context, hb string, now time.Time) {
+// heartbeat publishes one heartbeat on hb, bounded by WriteTimeout, and
+// reports whether the server took it. In a Cluster the client sends it to
+// a node of its choice: the heartbeats of a process cross the cluster bus
+// from every node in turn.
+func (t *Tier) heartbeat(ctx context.Context, hb string, now time.Time) bool {
 	ctx, cancel := context.WithTimeout(ctx, t.opts.WriteTimeout)
 	defer cancel()
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(now.UnixNano()))
-	_ = t.client.Do(ctx, t.client.B().Publish().Channel(hb).Message(string(b[:])).Build()).Error()
+	return t.client.Do(ctx, t.client.B().Publish().Channel(hb).Message(string(b[:])).Build()).Error() == nil
 }
 
 // streamAddr is the node the attempt-th subscription goes to: any node of

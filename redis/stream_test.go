@@ -151,16 +151,15 @@ func TestStreamPropagatesUpdates(t *testing.T) {
 }
 
 // The server freezes (SIGSTOP): the reader cannot hear, reports the loss
-// when its subscription goes unanswered for five PingIntervals (100 ms
-// here: about 1.5 s, the subscription's teardown included, as with a
-// heartbeat every 100 ms), long before five of the heartbeats that go
-// every second would be overdue, and keeps serving its hot copy (no flush);
+// when its subscription has been silent for two PingIntervals (250 ms
+// here), long before five of the heartbeats that go every second would be
+// overdue, and keeps serving its hot copy (no flush);
 // an update made meanwhile is replayed after the thaw, heard, and served
 // within a second.
 func TestStreamThroughAFrozenServer(t *testing.T) {
 	srv := redistest.Standalone(t)
 	o := Options{Addrs: []string{srv.Addr()}, PingTimeout: 300 * time.Millisecond,
-		Stream: StreamOptions{PingInterval: 100 * time.Millisecond}}
+		Stream: StreamOptions{PingInterval: 250 * time.Millisecond}}
 	src := &versionedSource{}
 	_, writer := newListeningCache(t, o, hotPolicy)
 	rc, reader := newListeningCache(t, o, hotPolicy)
@@ -184,7 +183,7 @@ func TestStreamThroughAFrozenServer(t *testing.T) {
 	srv.Freeze()
 	frozen := time.Now()
 	waitUntil(t, 10*time.Second, "the reader to report the loss", func() bool { return !testhook.StreamHeard(rc) })
-	// Five unanswered PingIntervals. The frozen connection's Close, which
+	// Two silent PingIntervals. The frozen connection's Close, which
 	// takes about a second, must not come before the report: with it the
 	// loss came 1.4–1.5 s after the freeze.
 	lost := time.Since(frozen)
@@ -283,4 +282,25 @@ func FuzzDecodeAnnouncement(f *testing.F) {
 			t.Fatalf("decoded %q, %v, %q from %q; re-encoded %q", key, at, origin, msg, again)
 		}
 	})
+}
+
+// An idle listening process costs its subscribed node one PING and one
+// heartbeat a second: the heartbeat's echo stands in for a PING, and the
+// loop wakes only when one of them is due. Pinging every fifth of a second
+// of silence, it sent four PINGs a second.
+func TestStreamIdleCost(t *testing.T) {
+	srv := redistest.Standalone(t)
+	newListeningCache(t, Options{Addrs: []string{srv.Addr()}}, hotPolicy)
+	time.Sleep(time.Second) // past the first heartbeats
+	ping0, pub0 := commandCalls(t, srv, "ping"), commandCalls(t, srv, "publish")
+	const idle = 4 * time.Second
+	time.Sleep(idle)
+	pings, pubs := commandCalls(t, srv, "ping")-ping0, commandCalls(t, srv, "publish")-pub0
+	t.Logf("idle %v: %d PINGs, %d PUBLISHes", idle, pings, pubs)
+	if pings > 6 || pubs > 6 {
+		t.Errorf("idle %v: %d PINGs and %d PUBLISHes, want about 4 of each", idle, pings, pubs)
+	}
+	if pubs < 3 {
+		t.Errorf("idle %v: %d heartbeats, want about 4", idle, pubs)
+	}
 }

@@ -37,9 +37,10 @@ type Tier struct {
 	// reps routes reads over a Sentinel group's primary and ready
 	// replicas (sentinel_reads.go); nil otherwise.
 	reps atomic.Pointer[nodeSet]
-	// primaryGen counts the Sentinel shape's moves to a new primary, so
-	// that the stream's subscription knows it is on an old one.
-	primaryGen atomic.Uint64
+	// moved is closed, and replaced, at each of the Sentinel shape's
+	// moves to a new primary, so that the stream's subscription knows at
+	// once that it is on an old one (primaryMoves).
+	moved atomic.Pointer[chan struct{}]
 
 	// budgetSlot is the read context shared by uncancellable reads of the
 	// current millisecond (see readContext).
