@@ -295,13 +295,17 @@ func (n *Namespace) sharedGet(ctx context.Context, key string) (meta, tierStatus
 // sharedRead is sharedGet for the lookup of job j at now, which also leaves
 // j the key's version when the tier read it with the value
 // (tier.VersionedGetter): a load after a miss then needs no Version call of
-// its own. Only a key this process holds no copy of is read so, the read
-// likeliest to miss: a key it loaded or read before is most likely a hit,
-// and reading its version too cost shared hits 4% of their throughput on a
-// lone server (BenchmarkGetSharedHitRatio). A smeared copy's read is
-// sharedGet's.
+// its own. Only the reads likeliest to load are read so: of a key this
+// process holds no copy of (most likely a miss), or only one past its soft
+// time, and a refresh (both most often find that copy in the tier, and
+// load). A key read within its soft time is most likely a hit, and reading
+// its version too cost shared hits 4% of their throughput on a lone server
+// (BenchmarkGetSharedHitRatio). A smeared copy's read is sharedGet's.
 func (n *Namespace) sharedRead(ctx context.Context, j *job, now int64) (meta, tierStatus) {
-	if n.vget == nil || n.lkg == nil || n.smearing(j.key) || n.lkg.Get(j.key, now) != nil {
+	if n.vget == nil || n.lkg == nil || n.smearing(j.key) {
+		return n.sharedGet(ctx, j.key)
+	}
+	if m := n.lkg.Get(j.key, now); m != nil && now < m.soft && j.refreshOf == 0 {
 		return n.sharedGet(ctx, j.key)
 	}
 	l := n.vget.GetVersioned(ctx, n.prefix+j.key)

@@ -86,3 +86,35 @@ func TestMissReadsVersionWithValue(t *testing.T) {
 		t.Fatal("a value loaded before an invalidation was written after it")
 	}
 }
+
+// A read of a key whose copy here is past its soft time, which most often
+// finds that copy in the tier and then loads, reads the key and its
+// version in one MGET too: the load needs no Version GET of its own.
+func TestPastSoftReadsVersionWithValue(t *testing.T) {
+	srv := redistest.Standalone(t)
+	tr := newTier(t, Options{Addrs: []string{srv.Addr()}})
+	_, ns := newProcess(t, holdfast.Options{Shared: tr, Logger: quiet},
+		holdfast.Policy{TTL: time.Minute, SoftTTL: 100 * time.Millisecond, Hot: holdfast.HotPolicy{MaxBytes: -1}})
+	ctx := ctxT(t, 10*time.Second)
+	load := func(context.Context, string) ([]byte, error) { return []byte("A"), nil }
+	if _, err := ns.Get(ctx, "a", load); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the load's write", func() bool { _, found, _ := tr.Get(ctx, "product:a"); return found })
+	time.Sleep(150 * time.Millisecond) // past the soft time
+	gets, mgets := commandCalls(t, srv, "get"), commandCalls(t, srv, "mget")
+	res, err := ns.Get(ctx, "a", load)
+	if err != nil || res.Source != holdfast.SourceShared {
+		t.Fatalf("past the soft time: %v from %v, want the shared copy", err, res.Source)
+	}
+	waitUntil(t, 5*time.Second, "the refresh's load", func() bool { return ns.Stats().Get("loads") == 2 })
+	// The refresh's write may land after its load is counted.
+	for deadline := time.Now().Add(5 * time.Second); commandCalls(t, srv, "get") == gets && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The read's MGET and the write's script's GET; reading the value
+	// alone took a GET for it and one for the version.
+	if g, m := commandCalls(t, srv, "get")-gets, commandCalls(t, srv, "mget")-mgets; g != 1 || m != 1 {
+		t.Fatalf("a read past the soft time and its refresh ran %d GET and %d MGET; want one MGET, and the script's GET", g, m)
+	}
+}
