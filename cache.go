@@ -163,6 +163,9 @@ type Cache struct {
 	namespaces map[string]*Namespace
 	closed     atomic.Bool // set under mu; read without it on the miss path
 
+	// replayQueued tells the replay loop that a delete was queued for it.
+	replayQueued chan struct{}
+
 	stream streamState  // with a tier.InvalidationStream
 	shared sharedHealth // the shared tier's recent latency and failures
 	id     string       // this Cache's identity in announcements (tier.WithOrigin)
@@ -183,6 +186,8 @@ func New(opts Options) (*Cache, error) {
 		cancel:     cancel,
 		namespaces: make(map[string]*Namespace),
 		id:         newLeaseToken(),
+
+		replayQueued: make(chan struct{}, 1),
 	}
 	if c.clock == nil {
 		c.clock = systemClock{}

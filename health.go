@@ -9,14 +9,21 @@ import (
 )
 
 // The shared tier's health (tier.HealthReporter) is the tier's to judge;
-// the Cache only asks it, healthEvery, and logs what changed: one line when
+// the Cache only asks it (healthyEvery while the tier is up, healthEvery
+// otherwise) and logs what changed: one line when
 // the tier goes down, with why, and one when it is back, with how long it
 // was out. A tier that connects in the background has its capabilities
 // logged once it has connected, when they are known.
 
-// healthEvery is how often the Cache asks the shared tier for its health:
-// an outage is logged within this of the tier's noticing it.
-const healthEvery = 250 * time.Millisecond
+// healthEvery is how often the Cache asks the shared tier for its health
+// while it is down or has not connected yet: its recovery, or its
+// capabilities, are logged within this of the tier's noticing it.
+// healthyEvery is how often while it is up: an outage is logged within
+// this of its start, and an idle process wakes once a second for it.
+const (
+	healthEvery  = 250 * time.Millisecond
+	healthyEvery = time.Second
+)
 
 // outageLogEvery is the least time between two lines saying the shared tier
 // is down: a tier flapping every second logs two lines a period, and the
@@ -36,7 +43,7 @@ func (c *Cache) SharedHealth() (tier.Health, bool) {
 // watchHealth logs the shared tier's outages and, once it has connected,
 // its capabilities, until the Cache closes.
 func (c *Cache) watchHealth(hr tier.HealthReporter, announced bool) {
-	t := time.NewTicker(healthEvery)
+	t := time.NewTimer(healthEvery)
 	defer t.Stop()
 	var ol outageLog
 	for {
@@ -47,6 +54,11 @@ func (c *Cache) watchHealth(hr tier.HealthReporter, announced bool) {
 		}
 		if line, ok := ol.observe(h, c.clock.Now()); ok {
 			line.log(c.logger())
+		}
+		if announced && !ol.down {
+			t.Reset(healthyEvery)
+		} else {
+			t.Reset(healthEvery)
 		}
 		select {
 		case <-c.ctx.Done():

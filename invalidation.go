@@ -3,6 +3,7 @@ package holdfast
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,9 +86,31 @@ func (p *pendingDeletes) done(keys []string, seqs []uint64) {
 const replayBatch = 256
 
 // replayInvalidations runs while the cache is open and has a shared tier:
-// every ReplayInterval it retries the pending deletes of every namespace.
+// every ReplayInterval while a namespace holds pending deletes it retries
+// them; while none does it waits for the next to be queued, so that an
+// idle process pays no wake-ups for it.
 func (c *Cache) replayInvalidations() {
-	c.everyInterval(c.opts.ReplayInterval, func(ns *Namespace) { ns.replayPending(c.ctx) })
+	t := time.NewTicker(c.opts.ReplayInterval)
+	defer t.Stop()
+	for {
+		if !slices.ContainsFunc(c.namespaceList(), func(ns *Namespace) bool { return ns.pending.n.Load() > 0 }) {
+			t.Stop()
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.replayQueued:
+			}
+			t.Reset(c.opts.ReplayInterval)
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, ns := range c.namespaceList() {
+			ns.replayPending(c.ctx)
+		}
+	}
 }
 
 // everyInterval calls f for each namespace every d, on the calling
@@ -101,13 +124,7 @@ func (c *Cache) everyInterval(d time.Duration, f func(*Namespace)) {
 			return
 		case <-t.C:
 		}
-		c.mu.Lock()
-		nss := make([]*Namespace, 0, len(c.namespaces))
-		for _, ns := range c.namespaces {
-			nss = append(nss, ns)
-		}
-		c.mu.Unlock()
-		for _, ns := range nss {
+		for _, ns := range c.namespaceList() {
 			f(ns)
 		}
 	}
@@ -312,6 +329,10 @@ func (n *Namespace) Invalidate(ctx context.Context, keys ...string) error {
 				if !n.pending.add(key, n.c.opts.MaxPendingInvalidations) {
 					lost = append(lost, key)
 				}
+			}
+			select {
+			case n.c.replayQueued <- struct{}{}:
+			default: // the replay loop has been told already
 			}
 			if len(lost) > 0 {
 				n.ctr.add(evDroppedDeletes, uint64(len(lost)))
