@@ -350,7 +350,7 @@ type StreamOptions struct {
 	// bus to every node. Default 1 s.
 	Heartbeat time.Duration
 	// PingInterval is how long the subscription may receive nothing
-	// before it is sent a PING: silent for two intervals (a frozen node, a
+	// before it is sent a PING: silent for three intervals (a frozen node, a
 	// dead connection), it counts as a loss too. Each PING costs the
 	// subscribed node alone. Default 500 ms.
 	PingInterval time.Duration
