@@ -249,12 +249,16 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 	defer timer.Stop()
 	var sent time.Time
 	var echoFrom int64 // when the last heartbeat the server took went out
+	// end stops the subscription and reports whether it heard the stream.
+	end := func() bool {
+		cancel()
+		<-done
+		return gotOne.Load()
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			cancel()
-			<-done
-			return gotOne.Load()
+			return end()
 		case <-done:
 			return gotOne.Load()
 		case <-moved:
@@ -264,15 +268,11 @@ func (t *Tier) listenOnce(ctx context.Context, addr, hb string, l tier.Listener,
 			// moves to the new primary at once, as after a loss, since
 			// what was published around the failover may not have
 			// reached it.
-			cancel()
-			<-done
-			return gotOne.Load()
+			return end()
 		case now := <-timer.C:
 			ns := now.UnixNano()
 			if ns-last.Load() > int64(lostAfterHeartbeats*every) || ns-alive.Load() > int64(lostAfterPings*pingEvery) {
-				cancel()
-				<-done
-				return gotOne.Load()
+				return end()
 			}
 			heard := gotOne.Load()
 			echo := false // a heartbeat on its way back stands in for a PING
