@@ -130,7 +130,7 @@ func (m *Main) ParseFlags(args []string) int {
 	fs.BoolVar(&m.list, "list", false, "list the scenarios and exit")
 	fs.StringVar(&m.caches, "caches", "", "fleet-idle's idle Cache counts, comma-separated, in order (default 1,10,50,200)")
 	fs.StringVar(&m.shards, "shards", "", "fleet-idle's Cluster sizes in primaries (each with one replica), comma-separated (default 3,30)")
-	fs.StringVar(&m.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (every mode, the lab's own work included) to this file")
+	fs.StringVar(&m.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (every mode, the lab's own work included) to this file; each mode's samples carry the label mode (go tool pprof -tagfocus=mode=holdfast)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

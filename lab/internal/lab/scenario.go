@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"time"
@@ -165,7 +166,13 @@ func Run(ctx context.Context, s Scenario, o Options, modes []Mode) (*Report, err
 		}
 		o.logf("%s: mode %s", s.Name, m.Name)
 		load0 := loadAvg1()
-		res, err := p.RunMode(ctx, o, m)
+		// Labelled, so that a CPU profile of the run (-cpuprofile) splits
+		// by mode: go tool pprof -tagfocus=mode=holdfast.
+		var res ModeResult
+		var err error
+		pprof.Do(ctx, pprof.Labels("mode", m.Name), func(ctx context.Context) {
+			res, err = p.RunMode(ctx, o, m)
+		})
 		if IsMissing(err) {
 			rep.Missing = append(rep.Missing, fmt.Sprintf("%s: %v", m.Name, err))
 			continue
