@@ -25,3 +25,9 @@ const (
 // MaxWatermarks is how many keys' invalidation watermarks a namespace
 // keeps before it forgets the oldest.
 const MaxWatermarks = maxWatermarks
+
+// IdleWorkers is how many of the Cache's goroutines wait for work.
+func (c *Cache) IdleWorkers() int { return int(c.idlers.Load()) }
+
+// MaxIdleWorkers is the most goroutines that wait for work at once.
+const MaxIdleWorkers = maxIdleWorkers

@@ -120,7 +120,7 @@ func callBounded[R any](c *Cache, ctx context.Context, call func(context.Context
 		err error
 	}
 	ch := make(chan result, 1) // buffered: a late result is dropped, not blocked on
-	started := c.goOwned(func() {
+	started := c.goLoad(ctx, func() {
 		var r result
 		returned := false
 		defer func() {

@@ -135,7 +135,7 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 		// a slow tier costs this reader the slow-read delay, not the
 		// read budget (wait). The flight goes on as the leader's own
 		// would.
-		if err := n.goFlight(&jv, func(j *job) { n.run(detached, []*job{j}, source{one: loader}) }); err != nil {
+		if err := n.goFlight(detached, &jv, func(j *job) { n.run(detached, []*job{j}, source{one: loader}) }); err != nil {
 			return Result{}, err
 		}
 		return n.wait(ctx, key, f, false)
@@ -146,19 +146,19 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 		return jv.out.res, jv.out.err
 	}
 	n.toLoad(&jv)
-	if err := n.goFlight(&jv, func(j *job) { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }); err != nil {
+	if err := n.goFlight(detached, &jv, func(j *job) { n.loadAndFinish(detached, []*job{j}, source{one: loader}) }); err != nil {
 		return Result{}, err
 	}
 	return n.wait(ctx, key, f, false)
 }
 
 // goFlight moves the job jv to the heap and runs fn with it on a goroutine
-// of the Cache's; if the Cache is closed it ends the job's flight with
+// of the Cache's, under ctx's pprof labels; if the Cache is closed it ends the job's flight with
 // ErrClosed instead, and returns that.
-func (n *Namespace) goFlight(jv *job, fn func(*job)) error {
+func (n *Namespace) goFlight(ctx context.Context, jv *job, fn func(*job)) error {
 	j := new(job)
 	*j = *jv
-	if !n.c.goOwned(func() { fn(j) }) {
+	if !n.c.goLoad(ctx, func() { fn(j) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
 		return ErrClosed
@@ -255,7 +255,7 @@ func (n *Namespace) GetMany(ctx context.Context, keys []string, loader BatchLoad
 	}
 	if len(mine) > 0 {
 		detached := context.WithoutCancel(ctx)
-		if n.c.closed.Load() || !n.c.goOwned(func() { n.run(detached, mine, source{many: loader}) }) {
+		if n.c.closed.Load() || !n.c.goLoad(detached, func() { n.run(detached, mine, source{many: loader}) }) {
 			for _, j := range mine {
 				j.out = outcome{err: ErrClosed}
 				n.finish(j)
@@ -312,7 +312,7 @@ func (n *Namespace) startRefresh(ctx context.Context, key string, loader Loader,
 	n.ctr.inc(evRefresh)
 	j := &job{key: key, f: f, refreshOf: origin}
 	detached := context.WithoutCancel(ctx)
-	if !n.c.goOwned(func() { n.run(detached, []*job{j}, source{one: loader}) }) {
+	if !n.c.goLoad(detached, func() { n.run(detached, []*job{j}, source{one: loader}) }) {
 		j.out = outcome{err: ErrClosed}
 		n.finish(j)
 	}
