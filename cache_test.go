@@ -805,7 +805,9 @@ func TestReservedLoadsWithinTheNamespaceCap(t *testing.T) {
 func TestGetManyBatchesAndCoalesces(t *testing.T) {
 	shared := inmem.New(nil)
 	c := newCache(t, holdfast.Options{Shared: shared})
-	ns := newNS(t, c, "product", holdfast.Policy{})
+	// Only hot keys in the hot tier: "cached" is read from the shared
+	// tier with the batch.
+	ns := newNS(t, c, "product", holdfast.Policy{Hot: holdfast.HotPolicy{Threshold: 1000.0 / 60}})
 	single := &countingLoader{}
 	mustGet(t, ns, "cached", single.Load)
 
@@ -1092,8 +1094,12 @@ func TestHotKeyPromotedSmearedDemoted(t *testing.T) {
 	shared := inmem.New(clk.Now).Smearing(3)
 	c := newCache(t, holdfast.Options{Shared: shared, Clock: clk})
 	ns := newNS(t, c, "product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{Threshold: 50, HalfLife: time.Second}})
-	if got := newNS(t, c, "auto", holdfast.Policy{}).Policy().Hot.Threshold; got != 1000.0/60 {
-		t.Fatalf("Hot.Threshold %v by default with a shared tier, want 1000/60", got)
+	if got := newNS(t, c, "auto", holdfast.Policy{}).Policy().Hot.Threshold; got != -1 {
+		t.Fatalf("Hot.Threshold %v by default with a shared tier that has a stream, want -1 (every key)", got)
+	}
+	plain := newCache(t, holdfast.Options{Shared: struct{ tier.Tier }{inmem.New(clk.Now)}, Clock: clk})
+	if got := newNS(t, plain, "auto", holdfast.Policy{UnguardedWrites: true}).Policy().Hot.Threshold; got != 1000.0/60 {
+		t.Fatalf("Hot.Threshold %v by default with a shared tier without a stream, want 1000/60", got)
 	}
 	l := &countingLoader{}
 	mustGet(t, ns, "viral", l.Load)

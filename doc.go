@@ -29,10 +29,13 @@
 // tier is down an outage costs one load per key per TTL, not one per read.
 // Result.Source and Result.Reason say which copy answered and why.
 //
-// With a shared tier, the hot tier holds the keys read often enough to be
-// hot, found as they are read (Policy.Hot); a shared tier that is a tier.Smearer
-// (a Redis Cluster) also keeps copies of them on several nodes and spreads
-// their reads over the copies, and one that is a tier.HotSharer lets processes
+// The hot tier holds every key read, its eviction keeping the most read
+// within its bytes, where an update elsewhere reaches every copy: without a
+// shared tier, and with one that is a tier.InvalidationStream. With a shared
+// tier without a stream it holds only the keys read often enough to be hot,
+// found as they are read (Policy.Hot). A shared tier that is a tier.Smearer
+// (a Redis Cluster) also keeps copies of the keys found hot on several nodes
+// and spreads their reads over the copies, and one that is a tier.HotSharer lets processes
 // share what they found hot.
 //
 // Every process hears every invalidation when the shared tier is a

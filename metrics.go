@@ -123,8 +123,7 @@ func (s Stats) String() string {
 }
 
 // HotKeys returns the namespace's hot keys, fastest first, at most
-// Hot.TopK; nil unless it detects hot keys (Hot.Threshold is positive, as
-// by default with a shared tier, or the shared tier smears).
+// Hot.TopK; nil without a shared tier unless Hot.Threshold is positive.
 func (s Stats) HotKeys() []HotKey { return s.hot }
 
 // HotKey is a key read often enough to be hot, and its estimated rate.

@@ -36,7 +36,7 @@ type Namespace struct {
 	marks    watermarks
 	coord    tier.Coordinator     // the shared tier, when it coordinates processes
 	vget     tier.VersionedGetter // the shared tier, when it reads versions with values
-	hotKeys  *hotkey.Detector     // non-nil with hotDetected, or a smearing shared tier
+	hotKeys  *hotkey.Detector     // non-nil with hotDetected or a shared tier
 	// hotDetected is set when only the keys found hot enter the hot tier
 	// (a positive Hot.Threshold); else every key read does.
 	hotDetected bool
@@ -61,11 +61,16 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		ctr:      newCounters(),
 	}
 	n.marks.keep = n.pending.has
-	// Without a shared tier the hot tier is the only cache: by default
-	// every key read enters it.
+	// By default every key read enters the hot tier where no other process
+	// can change a value behind this one's back: without a shared tier,
+	// where the hot tier is the only cache, and with an invalidation
+	// stream, which drops every process's copy within milliseconds of an
+	// update (and the hot tier's copies after Hot.MaxUnheard while it is
+	// not heard). Only a shared tier without a stream keeps the hot tier to
+	// the keys found hot, whose copies nothing else bounds but Hot.TTL.
 	if n.p.Hot.Threshold == 0 {
 		n.p.Hot.Threshold = defaultHotThreshold
-		if c.opts.Shared == nil {
+		if c.opts.Shared == nil || c.caps.stream != nil {
 			n.p.Hot.Threshold = -1
 		}
 	}
@@ -77,9 +82,11 @@ func newNamespace(c *Cache, name string, p Policy) *Namespace {
 		// namespace's own count, which the read path keeps anyway.
 		n.hot.AdaptWindow(func() uint64 { return n.ctr.sum(evHotHit) + n.ctr.sum(evHotRecheckHit) })
 	}
-	if (n.hot != nil && n.hotDetected) || n.smear != nil {
-		// A smearing tier's copies follow the keys found hot, at the
-		// default rate when every key enters the hot tier.
+	if (n.hot != nil && n.hotDetected) || c.opts.Shared != nil {
+		// With a shared tier the keys found hot are reported (Stats.HotKeys)
+		// even when every key enters the hot tier, and a smearing tier's
+		// copies and the shared hot set follow them: at the default rate
+		// then.
 		at := n.p.Hot.Threshold
 		if at <= 0 {
 			at = defaultHotThreshold

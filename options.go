@@ -236,14 +236,18 @@ type HotPolicy struct {
 	// hot tier off for this namespace.
 	MaxBytes int64
 	// Threshold is the read rate, per second and key, at or above which a
-	// key is hot, found as it is read: only hot keys enter the hot tier
-	// (a local cache of hot keys took ~35% of normal traffic, up to 70% in
-	// spikes). Default with a shared tier 1000/60, 1,000 reads a minute;
-	// without one, where the hot tier is the only cache, every key read
-	// enters it (Policy returns -1 then). A negative value admits every
-	// key read with a shared tier too. With a shared tier that smears
-	// (tier.Smearer), the keys found hot, at this rate or the default, are
-	// also read from and written to several nodes.
+	// key is hot, found as it is read: when positive, only hot keys enter
+	// the hot tier (a local cache of hot keys took ~35% of normal traffic,
+	// up to 70% in spikes). By default every key read enters it, and the
+	// tier's own eviction keeps the most read within MaxBytes, wherever no
+	// other process can change a value unseen: without a shared tier, and
+	// with one whose invalidation stream (tier.InvalidationStream, as the
+	// Redis tier's) drops every copy of an updated key. With a shared tier
+	// without a stream the default is 1000/60, 1,000 reads a minute, since
+	// a hot copy there is bounded only by TTL. A negative value admits
+	// every key read in any case. With a shared tier that smears
+	// (tier.Smearer), the keys found hot, at this rate or the default
+	// 1000/60, are also read from and written to several nodes.
 	Threshold float64
 	// HalfLife is how fast the detector forgets old reads: a key read at a
 	// steady rate r is estimated at r·(1 − 2^(−t/HalfLife)) after t, and one

@@ -185,7 +185,9 @@ func TestLeaseWaiterServesHeldCurrentValue(t *testing.T) {
 	// The eviction below would be written back from memory (refill.go):
 	// without tier.Refiller the read waits on the lease.
 	c := newCache(t, holdfast.Options{Shared: withoutRefill{shared}})
-	p := holdfast.Policy{StaleIfError: time.Minute, Lease: holdfast.LeasePolicy{Enabled: true, TTL: 400 * time.Millisecond}}
+	// Only hot keys in the hot tier, so that the read goes to the shared
+	// tier and meets the lease.
+	p := holdfast.Policy{StaleIfError: time.Minute, Lease: holdfast.LeasePolicy{Enabled: true, TTL: 400 * time.Millisecond}, Hot: holdfast.HotPolicy{Threshold: 1000.0 / 60}}
 	ns := newNS(t, c, "product", p)
 	mustGet(t, ns, "k", ((&countingLoader{}).Load))
 	// The shared copy is evicted (no invalidation) and another process
@@ -318,6 +320,9 @@ func TestStaleIfErrorMayServeAValueInvalidatedElsewhere(t *testing.T) {
 	if err := a.Invalidate(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
+	// b's hot copy answers until b hears the announcement (or, had it
+	// not heard the stream yet, checks its copies once it does).
+	eventually(t, "b to drop its hot copy", func() bool { return b.Stats().Get("hot.entries") == 0 })
 	res, err := b.Get(context.Background(), "k", (&countingLoader{err: errors.New("db down")}).Load)
 	if err != nil || string(res.Value) != "v1:k" || !res.Stale() {
 		t.Fatalf("load failed: %q from %v, %v; want the last value, stale", res.Value, res.Source, err)

@@ -111,8 +111,8 @@ func TestSlowLoadServesStaleAfterGrace(t *testing.T) {
 	if raw, ok := shared.Raw("product:k"); !ok || !strings.Contains(string(raw), "v2:k") {
 		t.Fatalf("the slow load's value is not in the shared tier: %q", raw)
 	}
-	if res := mustGet(t, ns, "k", slow.Load); string(res.Value) != "v2:k" || res.Source != holdfast.SourceShared {
-		t.Fatalf("next read: %q from %v; want the slow load's v2:k from the shared tier", res.Value, res.Source)
+	if res := mustGet(t, ns, "k", slow.Load); string(res.Value) != "v2:k" || res.Source != holdfast.SourceHot {
+		t.Fatalf("next read: %q from %v; want the slow load's v2:k from the hot tier", res.Value, res.Source)
 	}
 	if slow.calls.Load() != 2 {
 		t.Fatalf("%d loads, want 1", slow.calls.Load()-1)

@@ -39,6 +39,11 @@ func slowReadNS(t *testing.T, p holdfast.Policy) (ns *holdfast.Namespace, shared
 		p.SlowReadGrace = testGrace
 	}
 	p.LoadErrorBackoff = -1
+	if p.Hot.Threshold == 0 {
+		// Only hot keys in the hot tier, so that k and j are read from
+		// the shared tier.
+		p.Hot.Threshold = 1000.0 / 60
+	}
 	ns = newNS(t, newCache(t, holdfast.Options{Shared: shared, Clock: clk}), "product", p)
 	mustGet(t, ns, "k", (&countingLoader{}).Load)
 	mustGet(t, ns, "j", (&countingLoader{}).Load)

@@ -258,9 +258,10 @@ func TestStaleWhileRevalidate(t *testing.T) {
 
 		time.Sleep(4 * time.Second)
 		rec := e.get("/v1/products/2")
-		// With a shared tier only hot keys stay in process (Policy.Hot):
-		// the product comes from the shared tier.
-		wantCacheStatus(t, rec, `holdfast; hit; detail=shared`, `holdfast; hit; fwd=stale; detail=shared/revalidating; ttl=-1; key="stock:2"`)
+		// Every key read stays in process (the shared tier has an
+		// invalidation stream), but never past its soft time: the product
+		// comes from the hot tier, the stale stock from the shared tier.
+		wantCacheStatus(t, rec, `holdfast; hit; detail=hot`, `holdfast; hit; fwd=stale; detail=shared/revalidating; ttl=-1; key="stock:2"`)
 		if got := rec.Header().Get("Age"); got != "4" {
 			t.Errorf("Age %q, want 4 (the stock part's)", got)
 		}
@@ -272,7 +273,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 			t.Fatalf("stock loads %d, want 2 (one refresh)", n)
 		}
 		rec = e.get("/v1/products/2")
-		wantCacheStatus(t, rec, `holdfast; hit; detail=shared`, `holdfast; hit; detail=shared; ttl=3`)
+		wantCacheStatus(t, rec, `holdfast; hit; detail=hot`, `holdfast; hit; detail=hot; ttl=3`)
 		if b := decode[productBody](t, rec); b.Stock.Available != 7 {
 			t.Errorf("after the refresh %d available, want 7", b.Stock.Available)
 		}
@@ -409,7 +410,7 @@ func TestUpdateInvalidates(t *testing.T) {
 	}
 
 	rec = e.get("/v1/products/1")
-	wantCacheStatus(t, rec, `holdfast; fwd=miss; stored; ttl=1799; key="product:1"`, `holdfast; hit; detail=shared`)
+	wantCacheStatus(t, rec, `holdfast; fwd=miss; stored; ttl=1799; key="product:1"`, `holdfast; hit; detail=hot`)
 	if b := decode[productBody](t, rec); b.Product.Name != "Red Kettle Pro" || b.Product.PriceCents != 2500 || b.Product.Version != 2 {
 		t.Errorf("read after update: %+v", b.Product)
 	}

@@ -59,7 +59,7 @@ func init() {
 }
 
 // holdfastConfig says how the holdfast mode is set up (see NewHoldfast).
-const holdfastConfig = "library defaults (hot tier on for the keys detected hot; Redis tier: 50 ms read budget, 100 ms write timeout, breaker on) with soft TTL 0.8×TTL, the scenario's TTL and stale-if-error, load limit = loader cap"
+const holdfastConfig = "library defaults (hot tier on for every key, 16 MiB; Redis tier: 50 ms read budget, 100 ms write timeout, breaker on) with soft TTL 0.8×TTL, the scenario's TTL and stale-if-error, load limit = loader cap"
 
 func baseParams(d time.Duration, w [2]time.Duration) map[string]any {
 	return map[string]any{
