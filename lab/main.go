@@ -39,7 +39,7 @@ import (
 func main() {
 	// Started by the lab itself as one process of cross-process-stampede.
 	if lab.IsChild() {
-		os.Exit(lab.ChildMain(os.Stdin, os.Stdout))
+		os.Exit(childMain())
 	}
 	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr}
 	code := m.ParseFlags(os.Args[1:])
@@ -316,4 +316,27 @@ func (m *Main) clearBar() {
 // Close stops the progress bar. The scenarios close their own processes.
 func (m *Main) Close() {
 	m.progress.Close()
+}
+
+// childMain runs a child process of the lab, with a CPU profile of its own
+// when HOLDFAST_LAB_CHILD_CPUPROFILE names a directory: -cpuprofile covers
+// the lab's own process, and the scenarios with reader processes of their
+// own spend their client CPU in the children.
+func childMain() int {
+	dir := os.Getenv("HOLDFAST_LAB_CHILD_CPUPROFILE")
+	if dir == "" {
+		return lab.ChildMain(os.Stdin, os.Stdout)
+	}
+	f, err := os.Create(fmt.Sprintf("%s/child-%d.prof", dir, os.Getpid()))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "holdfast-lab child: %v\n", err)
+		return 1
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(os.Stderr, "holdfast-lab child: %v\n", err)
+		return 1
+	}
+	defer pprof.StopCPUProfile()
+	return lab.ChildMain(os.Stdin, os.Stdout)
 }
