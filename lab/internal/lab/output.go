@@ -152,7 +152,7 @@ type IndexEntry struct {
 // headlineExtras are the scenario figures index.md repeats: the scenarios'
 // target figures, and the loads that show coalescing.
 var headlineExtras = []string{
-	"first_ejection_ms", "last_ejection_ms", "return_to_service_ms_max", "node_reads_max_over_mean", "healthy_keys_p99_ratio", "unready_replica_reads", "misses_during_resync", "loads_during_resync",
+	"first_ejection_ms", "last_ejection_ms", "return_to_service_ms_max", "node_reads_max_over_mean", "node_reads_max", "node_reads_mean", "healthy_keys_p99_ratio", "unready_replica_reads", "misses_during_resync", "loads_during_resync",
 	"hot_tier_share", "hot_tier_keys", "hot_tier_key_share", "node_ops_max_over_mean", "violations", "cold_key_loads",
 	"loads_per_burst_16_max", "loads_burst_1000", "loads_burst_16_redis_down", "loads_per_burst_max",
 	"propagation_p50_ms", "propagation_p99_ms", "old_reads_past_bound", "hot_share_before_freeze", "hot_share_during_freeze", "converge_after_thaw_ms",
