@@ -25,7 +25,7 @@ func TestSourceAndReasonNames(t *testing.T) {
 		got = append(got, r.String())
 	}
 	want := "none hot shared loaded memory Source(5) " +
-		"none revalidating tier-down tier-slow node-busy peer-loading source-slow source-failed overloaded Reason(9)"
+		"none revalidating tier-down tier-slow peer-loading source-slow source-failed overloaded Reason(8)"
 	if s := strings.Join(got, " "); s != want {
 		t.Fatalf("names %q\nwant  %q", s, want)
 	}

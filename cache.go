@@ -67,13 +67,6 @@ const (
 	// while the tier is failing. The read goes on and its answer is
 	// stored as usual.
 	ReasonTierSlow
-	// ReasonNodeBusy: a fresh value from memory, served instead of reading
-	// a shared-tier node that carries more than its share of reads (a
-	// tier.Leveler's Shed): a Cluster shard down to one node, say. Only a
-	// copy loaded while the invalidation stream was heard, and untouched
-	// by any invalidation since, is served so: one as current as the
-	// tier's.
-	ReasonNodeBusy
 	// ReasonPeerLoading: from memory while another process holds the
 	// key's lease and loads it, because no invalidation has superseded
 	// this process's copy: it is the key's current value.
@@ -93,7 +86,7 @@ const (
 )
 
 // reasonNames are the Reasons' names, for logs, headers and metric labels.
-var reasonNames = [...]string{"none", "revalidating", "tier-down", "tier-slow", "node-busy", "peer-loading", "source-slow", "source-failed", "overloaded"}
+var reasonNames = [...]string{"none", "revalidating", "tier-down", "tier-slow", "peer-loading", "source-slow", "source-failed", "overloaded"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {

@@ -10,8 +10,8 @@ import (
 // type:
 // tier.Coordinator (versions for the stale-set guard, leases), tier.Refiller
 // (write-backs from memory, refill.go), tier.Smearer (copies of
-// hot keys), tier.HotSharer (a shared hot set), tier.InvalidationStream,
-// tier.Leveler (reads shed from busy nodes). A policy that needs a capability
+// hot keys), tier.HotSharer (a shared hot set), tier.InvalidationStream. A
+// policy that needs a capability
 // the tier lacks is an error from Cache.Namespace, never a silent downgrade
 // of a guarantee the docs make.
 //
@@ -43,15 +43,10 @@ type capabilities struct {
 	// Stream: a tier.InvalidationStream's announcements of every
 	// invalidation to every process, which drop their hot-tier copies.
 	Stream bool
-	// Leveling: a tier.Leveler's reads shed from nodes that carry more
-	// than their share, answered from copies in memory instead
-	// (SourceMemory, ReasonNodeBusy). It takes the Stream too: only a copy no
-	// invalidation could have passed by unheard is as good as a read.
-	Leveling bool
 }
 
 func (cp capabilities) String() string {
-	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t stream=%t leveling=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing, cp.Stream, cp.Leveling)
+	return fmt.Sprintf("versions=%t leases=%t smearing=%t hot_sharing=%t stream=%t", cp.Versions, cp.Leases, cp.Smearing, cp.HotSharing, cp.Stream)
 }
 
 // tierCaps is the shared tier's capabilities, each the first tier down the
@@ -62,7 +57,6 @@ type tierCaps struct {
 	smear  tier.Smearer
 	share  tier.HotSharer
 	stream tier.InvalidationStream
-	level  tier.Leveler
 	health tier.HealthReporter
 	// vget is the shared tier itself when it is a tier.VersionedGetter and
 	// the Coordinator: a wrapper sees every Get, and the version read with
@@ -77,7 +71,6 @@ func probeTier(t tier.Tier) tierCaps {
 		smear:  probe[tier.Smearer](t),
 		share:  probe[tier.HotSharer](t),
 		stream: probe[tier.InvalidationStream](t),
-		level:  probe[tier.Leveler](t),
 		health: probe[tier.HealthReporter](t),
 	}
 	if vg, ok := t.(tier.VersionedGetter); ok && tc.coord != nil && tier.Coordinator(vg) == tc.coord {
@@ -103,9 +96,9 @@ func probe[I any](t tier.Tier) I {
 }
 
 // capabilities returns what the shared tier can do for this Cache now; the
-// zero value without one. Smearing and Leveling follow the tier as it is
-// connected: a lone Redis server smears and levels nothing, and a tier that
-// connects in the background does neither before it has connected.
+// zero value without one. Smearing follows the tier as it is connected: a
+// lone Redis server smears nothing, and a tier that connects in the
+// background does not before it has connected.
 func (tc tierCaps) capabilities() capabilities {
 	return capabilities{
 		Versions:   tc.coord != nil,
@@ -113,7 +106,6 @@ func (tc tierCaps) capabilities() capabilities {
 		Smearing:   tc.smear != nil && tc.smear.Copies() > 1,
 		HotSharing: tc.share != nil,
 		Stream:     tc.stream != nil,
-		Leveling:   tc.level != nil && tc.stream != nil && tc.level.Levels(),
 	}
 }
 
@@ -148,6 +140,5 @@ func (n *Namespace) uses() capabilities {
 		Smearing:   n.smear != nil && n.smear.Copies() > 1,
 		HotSharing: n.c.caps.share != nil && n.p.Hot.Share,
 		Stream:     n.c.caps.stream != nil,
-		Leveling:   n.levelingOn() && n.c.caps.level.Levels(),
 	}
 }

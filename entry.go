@@ -18,10 +18,8 @@ type meta struct {
 	stale int64
 	// current is when this process last found the value current: when a
 	// shared-tier read that answered with it was sent; 0 for a value this
-	// process loaded, current at its origin. A copy found current since
-	// the invalidation stream was last heard again, with the stream heard
-	// now, has missed no invalidation (spareBusyNode). It never leaves the
-	// process.
+	// process loaded, current at its origin. A write-back (refill.go) and
+	// a hot-tier copy's life go by it. It never leaves the process.
 	current  int64
 	costUsec uint32
 	negative bool

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/holdfast-dev/holdfast/internal/local"
 	"github.com/holdfast-dev/holdfast/tier"
 )
 
@@ -25,10 +24,6 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	toRead := js[:0:0]
 	for _, j := range js {
 		if out, ok := n.recheckHot(j.key, now, j.refreshOf); ok {
-			j.out, j.done = out, true
-			continue
-		}
-		if out, ok := n.spareBusyNode(j, now); ok {
 			j.out, j.done = out, true
 			continue
 		}
@@ -78,10 +73,6 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 		j.out, j.done = out, true
 		return
 	}
-	if out, ok := n.spareBusyNode(j, now); ok {
-		j.out, j.done = out, true
-		return
-	}
 	var m meta
 	j.status = tierNone
 	switch {
@@ -100,56 +91,6 @@ func (n *Namespace) lookupOne(ctx context.Context, j *job) {
 	j.f.readOver.Store(true)
 	j.out, j.done, j.fallback = n.afterShared(j.f, j.key, &m, j.status, now, j.refreshOf)
 	n.pickRefill(j, now)
-}
-
-// spareBusyNode answers j from memory instead of the shared tier when the
-// tier sheds the read (tier.Leveler: the node that would serve it carries
-// more than its share) and this process holds a copy as good as the tier's:
-// a last-known-good copy within its soft time, current by its watermark
-// and not a cached not-found, found current (loaded, or read from
-// the shared tier) since the invalidation stream was last heard again and
-// with the stream heard now, so that no invalidation of it can have gone
-// by unheard, and found so less than Hot.TTL ago. That is the guarantee a
-// hot-tier copy has: a stream that breaks is noticed only a second or so
-// later (a frozen node's PINGs time out), and an announcement lost
-// meanwhile leaves a copy found current before it served no longer than
-// Hot.TTL after. A copy that lacks it is read from the tier as usual. A
-// refresh never takes this path: it is there to read past what is held.
-func (n *Namespace) spareBusyNode(j *job, now int64) (outcome, bool) {
-	if j.refreshOf != 0 || !n.levelingOn() {
-		return outcome{}, false
-	}
-	m := n.lkg.Get(j.key, now)
-	if m == nil || m.negative || now >= m.soft {
-		return outcome{}, false
-	}
-	found := m.currentAt()
-	if now-found >= int64(n.p.Hot.TTL) || !n.c.stream.heardAll(found) || n.grade(j.key, m, now) != gradeCurrent {
-		return outcome{}, false
-	}
-	if !n.c.caps.level.Shed(n.prefix + j.key) {
-		return outcome{}, false
-	}
-	n.ctr.inc(evMemoryForBusyNode)
-	// A hot key enters the hot tier as a shared-tier hit would have put
-	// it there: answered from last-known-good instead, it would otherwise
-	// stay out of the tier meant for it as long as its node stays busy.
-	// The flight's store lock orders it with an invalidation heard
-	// meanwhile, as for a shared-tier hit; it lives Hot.TTL from when it
-	// was found current, as that hit's copy would.
-	if j.f.beginStore() {
-		n.putHot(j.key, m, local.SizeClass(cap(m.raw)), found, now)
-	}
-	j.f.endStore()
-	res, err := n.servedFor(m, SourceMemory, ReasonNodeBusy, now)
-	return outcome{res, err}, true
-}
-
-// levelingOn reports whether reads of this namespace may be shed from busy
-// nodes: the tier is a tier.Leveler and an invalidation stream, and the
-// namespace keeps last-known-good copies to answer with.
-func (n *Namespace) levelingOn() bool {
-	return n.c.caps.level != nil && n.c.caps.stream != nil && n.lkg != nil
 }
 
 // sharedGetMany reads the jobs' keys from the shared tier into metas and

@@ -42,7 +42,6 @@ import (
 //	stale_on_error        values served past hard time because fresh data could not be had
 //	stale_on_slow_load    ... because their load outlasted Policy.SlowLoadGrace
 //	memory_on_slow_read   values from last-known-good because the shared tier was slow
-//	memory_for_busy_node  fresh values from last-known-good instead of a busy node's
 //	local_served          values from last-known-good while the shared tier was down
 //	negative_hits         cached not-found answers served
 //	overloaded            reads that failed with ErrOverloaded
@@ -77,7 +76,7 @@ import (
 //	hot.bytes             memory they take, as Hot.MaxBytes counts it (a gauge)
 //	last_known_good.entries  entries in the last-known-good store (a gauge)
 //	capability.*          1 when the namespace uses the shared tier's versions,
-//	                      leases, smearing, hot_sharing, stream, leveling (gauges)
+//	                      leases, smearing, hot_sharing, stream (gauges)
 //
 // All's descriptions say more about each.
 type Stats struct {
@@ -186,7 +185,6 @@ var statTable = [...]stat{
 	counter("stale_on_error", "{read}", "Values served past their hard time, or from last-known-good, because fresh data could not be had.", evStaleOnError),
 	counter("stale_on_slow_load", "{read}", "Values served past their hard time, within stale-if-error, because their load outlasted SlowLoadGrace.", evStaleOnSlowLoad),
 	counter("memory_on_slow_read", "{read}", "Values served from last-known-good because the shared tier had not answered within the slow-read delay (SlowReadGrace).", evMemoryOnSlowRead),
-	counter("memory_for_busy_node", "{read}", "Fresh values served from last-known-good instead of reading a shared-tier node that carried more than its share of reads (tier.Leveler).", evMemoryForBusyNode),
 	counter("local_served", "{read}", "Values served from last-known-good while the shared tier was failing.", evLocalServed),
 	counter("negative_hits", "{read}", "Cached not-found answers served.", evNegativeHit),
 	counter("overloaded", "{read}", "Reads that failed with ErrOverloaded: rejected, nothing stale to serve.", evOverloaded),
@@ -250,7 +248,6 @@ var statTable = [...]stat{
 	capability("smearing", "1 when the namespace's hot keys have copies on several shared-tier nodes (tier.Smearer).", func(c capabilities) bool { return c.Smearing }),
 	capability("hot_sharing", "1 when the namespace shares its hot set with every process (Policy.Hot.Share, tier.HotSharer).", func(c capabilities) bool { return c.HotSharing }),
 	capability("stream", "1 when every invalidation is announced to every process (tier.InvalidationStream).", func(c capabilities) bool { return c.Stream }),
-	capability("leveling", "1 when reads are shed from shared-tier nodes that carry more than their share, answered from memory (tier.Leveler, with the stream).", func(c capabilities) bool { return c.Leveling }),
 }
 
 // statIndex is each measure's index in statTable, by name.
@@ -285,7 +282,6 @@ const (
 	evStaleOnError
 	evStaleOnSlowLoad
 	evMemoryOnSlowRead
-	evMemoryForBusyNode
 	evLocalServed
 	evNegativeHit
 	evRejected

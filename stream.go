@@ -58,13 +58,6 @@ type streamState struct {
 	lostAt atomic.Int64
 }
 
-// heardAll reports whether the stream is heard now and has been since
-// before origin: every invalidation announced after origin has been heard,
-// as far as the stream can tell.
-func (s *streamState) heardAll(origin int64) bool {
-	return !s.gap.Load() && origin >= s.resumedAt.Load()
-}
-
 // listener is the Cache's tier.Listener.
 type listener struct{ c *Cache }
 

@@ -192,7 +192,7 @@ func TestOutageRedisMissingAtStart(t *testing.T) {
 	// Lazy retries at most 10 s apart.
 	r.waitSeen(t, 30*time.Second, 1, "shared tier recovered", "down_for=")
 	caps := r.logs.matching("capabilities=")
-	if len(caps) != 1 || !strings.Contains(caps[0], "leveling=false") || !strings.Contains(caps[0], "smearing=false") {
+	if len(caps) != 1 || !strings.Contains(caps[0], "versions=true") || !strings.Contains(caps[0], "smearing=false") {
 		t.Errorf("capability lines once connected to a standalone server: %q", caps)
 	}
 }

@@ -210,8 +210,8 @@ func TestMetricsEqualStats(t *testing.T) {
 		t.Errorf("node reads %d, breaker opens %d, half-open %d, up %d, down for a timeout %d; want 7, 3, 1, 0, 1", nodeReads, breakerOpens, halfOpen, up, downTimeout)
 	}
 	// Every capability has its series: the inmem tier coordinates but
-	// does not level.
-	for name, want := range map[string]int64{"versions": 1, "leases": 1, "smearing": 0, "hot_sharing": 0, "stream": 1, "leveling": 0} {
+	// does not smear.
+	for name, want := range map[string]int64{"versions": 1, "leases": 1, "smearing": 0, "hot_sharing": 0, "stream": 1} {
 		if got, ok := got["holdfast.capability."+name]; !ok || got != want {
 			t.Errorf("holdfast.capability.%s = %d (reported %t), want %d", name, got, ok, want)
 		}

@@ -281,12 +281,10 @@ func (c *chaosChecker) checkValue(r *chaosRead) {
 			c.add(vStaleShared, r, "read %s (%s; read began %v after the delete landed, bound %v)",
 				r.srcVer(c), inval, time.Duration(r.begin-landed), chaosReplicaSlack)
 		}
-	case r.src == holdfast.SourceHot || r.src == holdfast.SourceMemory && r.why == holdfast.ReasonNodeBusy:
+	case r.src == holdfast.SourceHot:
 		// A hot copy is stored at the end of a load that read the source
 		// before the supersession (at most LoadTimeout later), or from a
 		// shared-tier read made before the delete landed; it lives Hot.TTL.
-		// A last-known-good copy answering for a busy node was found
-		// current the same ways, and is held to the same bound.
 		stored := cv.superseded + int64(b.loadTimeout+chaosFlightSlack)
 		if landed == 0 {
 			return // bounded by the soft-time check alone

@@ -397,14 +397,7 @@ func TestClusterPrimaryFrozen(t *testing.T) {
 	// stays out of the way for the whole freeze.
 	cl := redistest.Cluster(t, redistest.ClusterConfig{NodeTimeout: 15 * time.Second})
 	ctx := ctxT(t, 120*time.Second)
-	// Read leveling off: this is the ejector's test. With it on, an even
-	// Cluster can shed much of what the Cache could answer from memory for
-	// a few seconds after the load begins (the asks' average, climbing
-	// from nothing, makes the shares too large), and the frozen node, sent
-	// few reads, was not ejected within the 3 s freeze once in a busy
-	// clean-clone run, its readers answered from memory meanwhile. That is
-	// open; see README, read leveling.
-	tr := newTier(t, Options{Addrs: cl.Addrs(), Cluster: ClusterOptions{LevelAbove: -1}})
+	tr := newTier(t, Options{Addrs: cl.Addrs()})
 	ns, loader, dbDown := cacheOver(t, tr)
 	const keys = 3000
 	warmUp(t, ctx, ns, loader, keys)

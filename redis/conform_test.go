@@ -14,7 +14,7 @@ import (
 
 // everyCapability is what the Tier implements, in both shapes.
 var everyCapability = tiertest.Capabilities{
-	Coordinator: true, Refiller: true, Smearer: true, HotSharer: true, InvalidationStream: true, Leveler: true,
+	Coordinator: true, Refiller: true, Smearer: true, HotSharer: true, InvalidationStream: true,
 }
 
 // conformance runs tiertest over one server or Cluster: each fresh tier is

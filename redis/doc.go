@@ -46,11 +46,8 @@
 // may be ejected, so one bad node never opens it for all. Every command for
 // a slot's primary (writes, scripts, leases, version reads) is accounted to
 // that primary the same way, and refused at once while it is ejected
-// (toPrimaries). NodeStats reports each node. A node that carries more than
-// its share of reads (its shard's other node lost, say) has the excess
-// answered from the Cache's memory where it holds copies as current as the
-// node's (Tier.Shed, level.go). Options.Cluster tunes all of it; Disabled
-// restores rueidis's own routing to primaries.
+// (toPrimaries). NodeStats reports each node. Options.Cluster tunes all of it;
+// Disabled restores rueidis's own routing to primaries.
 //
 // Under Redis Sentinel (Options.Sentinel) the tier asks the sentinels for
 // the primary and treats it as a standalone server that moves

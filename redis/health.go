@@ -93,19 +93,3 @@ func (d *lazyDriver) Health() tier.Health {
 	}
 	return h
 }
-
-// Levels implements tier.Leveler: only a Cluster with per-node health and
-// leveling on sheds reads.
-func (d *tierDriver) Levels() bool {
-	t := (*Tier)(d)
-	return t.nodes != nil && t.nodes.o.LevelAbove >= 0
-}
-
-// Levels implements tier.Leveler: false until connected.
-func (d *lazyDriver) Levels() bool {
-	l := (*Lazy)(d)
-	if t := l.tier.Load(); t != nil {
-		return t.Levels()
-	}
-	return false
-}

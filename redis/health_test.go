@@ -64,9 +64,6 @@ func TestHealthServerKilled(t *testing.T) {
 	if h := tr.Health(); !isUp(h) || h.Breaker.State != "closed" || h.Nodes != nil {
 		t.Fatalf("health of a healthy standalone tier: %+v", h)
 	}
-	if tr.Levels() {
-		t.Error("a standalone server Levels")
-	}
 	readEvery(t, tr)
 	srv.Kill()
 	h := waitHealth(t, tr, faultWithin, "down after SIGKILL", isDown)
@@ -106,9 +103,6 @@ func TestHealthLazyServerMissing(t *testing.T) {
 	h := waitHealth(t, l, faultWithin, "down while the server is missing", isDown)
 	if h.Connected || h.Reason != tier.ReasonUnreachable || h.Breaker.State != "open" {
 		t.Errorf("server missing: %+v, want not connected, unreachable, breaker open", h)
-	}
-	if l.Levels() {
-		t.Error("an unconnected Lazy Levels")
 	}
 	srv.Restart()
 	// Lazy retries at most 10 s apart.

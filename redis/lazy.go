@@ -280,12 +280,3 @@ func (d *lazyDriver) ShareHot(ctx context.Context, set string, keys []string, tt
 	}
 	return nil, errNotConnected
 }
-
-// Shed implements tier.Leveler: false until connected.
-func (d *lazyDriver) Shed(key string) bool {
-	l := (*Lazy)(d)
-	if t := l.tier.Load(); t != nil {
-		return t.Shed(key)
-	}
-	return false
-}

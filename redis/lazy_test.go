@@ -89,7 +89,6 @@ func TestLazyHasTheTiersCapabilities(t *testing.T) {
 		reflect.TypeFor[tier.Coordinator](),
 		reflect.TypeFor[tier.Refiller](),
 		reflect.TypeFor[tier.Smearer](),
-		reflect.TypeFor[tier.Leveler](),
 		reflect.TypeFor[tier.HotSharer](),
 		reflect.TypeFor[tier.InvalidationStream](),
 		reflect.TypeFor[tier.HealthReporter](),

@@ -65,13 +65,6 @@ type node struct {
 
 	_                                   [64]byte
 	requests, failures, timeouts, reads counter
-	// levelAsked and levelShed count the Shed calls for the node's shard
-	// while it is the shard's primary, and those answered yes; shedShare
-	// is the shard's shed share, in 1/shedOne (level.go); level is the
-	// node set loop's own.
-	levelAsked, levelShed counter
-	shedShare             atomic.Uint32
-	level                 levelState
 
 	ejected atomic.Bool
 	dirty   atomic.Bool // a failure is in the ejector's window; see report
@@ -142,8 +135,6 @@ type nodeSet struct {
 
 	start   time.Time
 	written []atomic.Int64 // per slot: when this Tier last wrote it, ns since start
-
-	levelRound uint64 // the loop's count of leveling intervals (level.go)
 
 	// sentinel: the nodes are a Sentinel group's primary and replicas,
 	// one shard over every slot, learnt from the primary's INFO
@@ -309,7 +300,6 @@ func (s *nodeSet) run() {
 	defer tk.Stop()
 	now := time.Now()
 	lastTopo := now
-	lastLevel := now
 	for {
 		select {
 		case <-s.stop:
@@ -321,10 +311,6 @@ func (s *nodeSet) run() {
 		}
 		now = time.Now()
 		s.scan(now)
-		if dt := now.Sub(lastLevel); dt >= levelEvery && s.o.LevelAbove > 0 && !s.sentinel {
-			lastLevel = now
-			s.level(dt)
-		}
 		if now.Sub(lastTopo) >= s.topologyEvery() {
 			lastTopo = now
 			s.startRefresh()

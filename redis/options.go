@@ -236,17 +236,6 @@ type ClusterOptions struct {
 	// was written). Copies written with a loaded value take its TTL. Default
 	// 1 minute.
 	HotCopyTTL time.Duration
-
-	// LevelAbove levels the nodes' reads: when the node that would serve
-	// a read carries more than LevelAbove times the mean of the nodes
-	// taking reads (a shard down to one node after a loss, a shard of
-	// popular keys), the Cache answers that share of the node's reads
-	// from copies in its memory that are as good as the node's: within
-	// their soft time and untouched by any invalidation since the stream
-	// was last heard (tier.Leveler, level.go). Such a read is counted in
-	// holdfast.Stats.MemoryForBusyNode. Negative turns it off. At least 1;
-	// default 1.1.
-	LevelAbove float64
 }
 
 // Defaults of ClusterOptions.
@@ -267,7 +256,6 @@ const (
 	DefaultPrimaryAfterWrite       = time.Second
 	DefaultHotCopies               = 5
 	DefaultHotCopyTTL              = time.Minute
-	DefaultLevelAbove              = 1.1
 )
 
 // withDefaults validates c and fills in the defaults.
@@ -303,12 +291,6 @@ func (c ClusterOptions) withDefaults() (ClusterOptions, error) {
 	}
 	if c.HotCopies == 0 {
 		c.HotCopies = DefaultHotCopies
-	}
-	switch {
-	case c.LevelAbove == 0:
-		c.LevelAbove = DefaultLevelAbove
-	case c.LevelAbove > 0 && c.LevelAbove < 1:
-		return c, fmt.Errorf("redis tier: Cluster LevelAbove %v below 1 (negative turns leveling off)", c.LevelAbove)
 	}
 	set(&c.Window, DefaultNodeWindow)
 	set(&c.ProbeInterval, DefaultProbeInterval)

@@ -1,7 +1,7 @@
 // Package tier is what a shared tier implements for holdfast, as
 // database/sql/driver is what a database driver implements for database/sql:
 // the Tier interface and its optional capabilities (Coordinator, Refiller,
-// Smearer, HotSharer, InvalidationStream, Leveler, HealthReporter), the types they
+// Smearer, HotSharer, InvalidationStream, HealthReporter), the types they
 // exchange, and the envelope every tier stores.
 // An application uses package holdfast and passes a tier (package redis, or
 // inmem for tests) as holdfast.Options.Shared; it never needs this package.
@@ -179,28 +179,6 @@ type Smearer interface {
 	// copies, in one pipeline, each only if the key's version is still
 	// version. It reports whether the key itself was written.
 	SetSmearedIfVersion(ctx context.Context, item Item, version uint64) (bool, error)
-}
-
-// Leveler is implemented by shared tiers whose nodes can carry unequal
-// shares of the reads: in a Redis Cluster a shard that lost one of its two
-// nodes serves all of its slots' reads from the other, and the shards
-// holding the most popular keys carry more than the rest. The Cache asks
-// Shed before it reads a key it could answer from a copy of its own that is
-// as good as the tier's (within its soft time, loaded while the invalidation
-// stream was heard, untouched by any invalidation since); when Shed says so,
-// it answers from that copy and the node is spared the read. The tier
-// decides read by read, so that it can shed just the share of a busy node's
-// reads above what the others carry, and nothing while they are even.
-type Leveler interface {
-	// Shed reports whether a read of key that the Cache could answer from
-	// memory should be: the node that would serve it carries more than its
-	// share of reads now. It is called on the read path and must be fast.
-	Shed(key string) bool
-	// Levels reports whether the tier can shed reads at all as it is now
-	// connected: false for a lone server, which has no other node to
-	// compare with, and for a tier not connected yet. The Cache reports
-	// leveling in its capabilities only while it is true.
-	Levels() bool
 }
 
 // ErrBypassed is returned by a Tier that skipped a call because it knows the

@@ -103,7 +103,7 @@ func TestMarkdownNamesExist(t *testing.T) {
 // the lines wrong names on.
 const fixture = "# Fixture\n" +
 	"`holdfast.New`, `(*Cache).Namespace`, `Policy.Hot.TTL`, `Stats.Get`, `SourceHot`, `LoadTimeout`\n" +
-	"`redis.Options.MaxKeyBytes`, `redis.Options.Cluster.LevelAbove`, `Cluster.LevelAbove`, `tier.Coordinator.Lease`\n" +
+	"`redis.Options.MaxKeyBytes`, `redis.Options.Cluster.HotCopies`, `Cluster.HotCopies`, `tier.Coordinator.Lease`\n" +
 	"`holdfast.NewTyped[T](ns, codec)`, `Result.Stale()`, `ns.GetMany`, `redis.BreakerOptions.OpenTimeout`\n" +
 	"not names: `-redis-addr`, `redis/nodes.go`, `holdfast_loads_total`, `GOWORK=off`, `SET NX PXAT`, `GET`, `{\"a\":1}`, `go.work`, `holdfast.reads`\n" +
 	"other packages: `sync.Map`, `slog.Logger`, `rueidis.Client`\n" +

@@ -14,7 +14,6 @@ type Driver interface {
 	tier.OverRefiller
 	tier.VersionedGetter
 	tier.Smearer
-	tier.Leveler
 	tier.HotSharer
 	tier.InvalidationStream
 	tier.HealthReporter

@@ -6,7 +6,7 @@
 //
 // Run checks the methods of tier.Tier and of every optional capability the
 // tier has (tier.Coordinator, tier.Refiller, tier.Smearer, tier.HotSharer,
-// tier.InvalidationStream, tier.Leveler), through the interfaces only. A
+// tier.InvalidationStream), through the interfaces only. A
 // capability the tier lacks is logged; one that Config.Want names and the
 // tier lacks fails the run. The checks that need a second process (a write
 // another client reads, an invalidation another client hears, a lease
@@ -64,7 +64,6 @@ type Capabilities struct {
 	Smearer            bool
 	HotSharer          bool
 	InvalidationStream bool
-	Leveler            bool
 }
 
 // DefaultMaxValueBytes is the largest value a Cache of the default policy
@@ -101,7 +100,6 @@ func Run(t *testing.T, c Config) {
 	_, hasSmear := probe.(tier.Smearer)
 	_, hasShare := probe.(tier.HotSharer)
 	_, hasStream := probe.(tier.InvalidationStream)
-	_, hasLevel := probe.(tier.Leveler)
 
 	t.Run("Tier", s.runTier)
 	capability(t, "Coordinator", c.Want.Coordinator, hasCoord, s.runCoordinator)
@@ -109,7 +107,6 @@ func Run(t *testing.T, c Config) {
 	capability(t, "Smearer", c.Want.Smearer, hasSmear, s.runSmearer)
 	capability(t, "HotSharer", c.Want.HotSharer, hasShare, s.runHotSharer)
 	capability(t, "InvalidationStream", c.Want.InvalidationStream, hasStream, s.runStream)
-	capability(t, "Leveler", c.Want.Leveler, hasLevel, s.runLeveler)
 }
 
 // capability runs a capability's checks when the tier has it, and says so

@@ -50,7 +50,7 @@ import (
 // when every read reaches Redis, every shard is read alike and each spreads
 // its reads evenly over its live nodes: a shard that lost a node has one left
 // for all of its reads. Only answering some of a busy node's reads from
-// memory (holdfast's read leveling) goes below it. node_reads_max and
+// memory goes below it. node_reads_max and
 // node_reads_mean are the busiest live node's calls and the mean's: the bar
 // compares holdfast's busiest node with naive's mean, the load an even
 // spread of every read would put on a node. With the hot tier holding every
