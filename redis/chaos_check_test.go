@@ -43,7 +43,7 @@ const (
 	vBadValue         = "bad value"
 	vReadYourInval    = "read-your-invalidations"
 	vStaleShared      = "stale: shared tier past the landed invalidation"
-	vStaleHot         = "stale: hot tier (or memory for a busy node) past Hot.TTL"
+	vStaleHot         = "stale: hot tier past Hot.TTL"
 	vStaleLoaded      = "stale: loaded past LoadTimeout"
 	vPastSoft         = "served past soft time"
 	vPastHard         = "served past hard time"

@@ -88,8 +88,7 @@ var chaosSeedFlag = flag.Uint64("chaos.seed", 0, "TestChaos: replay this seed of
 //   - in the other processes, a superseded version only from: the shared
 //     tier until its delete landed (Invalidate returned with nothing queued
 //     for replay, or the replay queue drained) + 100 ms of replica lag; the
-//     hot tier, and last-known-good answering for a busy node, until
-//     Hot.TTL after its latest possible store (the end of a load that
+//     hot tier until Hot.TTL after its latest possible store (the end of a load that
 //     began before the supersession, LoadTimeout + 250 ms, or a shared
 //     read before the delete landed); a load that read the source
 //     before the supersession (LoadTimeout + 250 ms);
