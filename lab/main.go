@@ -114,6 +114,7 @@ type Main struct {
 	caches   string
 	shards   string
 	cpuprof  string
+	repeat   int
 
 	progress *lab.Progress
 }
@@ -131,7 +132,12 @@ func (m *Main) ParseFlags(args []string) int {
 	fs.StringVar(&m.caches, "caches", "", "fleet-idle's idle Cache counts, comma-separated, in order (default 1,10,50,200)")
 	fs.StringVar(&m.shards, "shards", "", "fleet-idle's Cluster sizes in primaries (each with one replica), comma-separated (default 3,30)")
 	fs.StringVar(&m.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run (every mode, the lab's own work included) to this file; each mode's samples carry the label mode (go tool pprof -tagfocus=mode=holdfast)")
+	fs.IntVar(&m.repeat, "repeat", 1, "run each scenario this many times, its modes in turn each time (round K's files in DIR/round-K), and write DIR/cpu.md: holdfast's client CPU per request over naive's, each round and the median; on a busy machine one run's ratio is noise")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if m.repeat < 1 {
+		fmt.Fprintln(m.Stderr, "holdfast-lab: -repeat must be at least 1")
 		return 2
 	}
 	if !m.list && m.scenario == "" {
@@ -254,18 +260,22 @@ func (m *Main) Run(ctx context.Context) int {
 
 	code := 0
 	var index []lab.IndexEntry
+	ratios := map[string][]float64{}
 	for _, s := range todo {
 		e := lab.IndexEntry{Name: s.Name, Summary: s.Summary}
-		rep, err := lab.Run(ctx, s, opts, lab.Modes)
-		if rep != nil && len(rep.Modes) > 0 {
-			md, werr := lab.Write(m.out, rep)
-			if werr != nil {
-				err = errors.Join(err, werr)
-			} else {
-				e.Ran = true
-				e.Report = rep
-				m.clearBar()
-				fmt.Fprintln(m.Stdout, md)
+		var rep *lab.Report
+		var err error
+		for round := 1; round <= m.repeat && ctx.Err() == nil; round++ {
+			out := m.out
+			if m.repeat > 1 {
+				out = fmt.Sprintf("%s/round-%d", m.out, round)
+			}
+			rep, err = m.runOnce(ctx, s, opts, out, &e)
+			if r, ok := lab.CPURatio(rep); ok {
+				ratios[s.Name] = append(ratios[s.Name], r)
+			}
+			if err != nil {
+				break
 			}
 		}
 		if rep != nil {
@@ -294,9 +304,30 @@ func (m *Main) Run(ctx context.Context) int {
 		}
 	}
 	if m.scenario == "all" {
-		cmd := fmt.Sprintf("go run ./lab -scenario all -out %s", m.out)
-		if err := lab.WriteIndex(m.out, cmd, index); err != nil {
+		dir, cmd := m.out, fmt.Sprintf("go run ./lab -scenario all -out %s", m.out)
+		if m.repeat > 1 {
+			dir = fmt.Sprintf("%s/round-%d", m.out, m.repeat)
+			cmd += fmt.Sprintf(" -repeat %d", m.repeat)
+		}
+		if err := lab.WriteIndex(dir, cmd, index); err != nil {
 			fmt.Fprintf(m.Stderr, "holdfast-lab: index: %v\n", err)
+			code = 1
+		}
+	}
+	if m.repeat > 1 {
+		names := make([]string, len(todo))
+		for i, s := range todo {
+			names[i] = s.Name
+		}
+		cmd := fmt.Sprintf("go run ./lab -scenario %s -repeat %d -out %s", m.scenario, m.repeat, m.out)
+		if m.duration > 0 {
+			cmd += " -duration " + m.duration.String()
+		}
+		if m.scale != 1 {
+			cmd += fmt.Sprintf(" -scale %g", m.scale)
+		}
+		if err := lab.WriteCPURatios(m.out, cmd, names, ratios); err != nil {
+			fmt.Fprintf(m.Stderr, "holdfast-lab: cpu.md: %v\n", err)
 			code = 1
 		}
 	}
@@ -305,6 +336,23 @@ func (m *Main) Run(ctx context.Context) int {
 		code = 1
 	}
 	return code
+}
+
+// runOnce runs s in every mode and writes its files to out; a run that
+// produced a mode's figures marks e as ran.
+func (m *Main) runOnce(ctx context.Context, s lab.Scenario, opts lab.Options, out string, e *lab.IndexEntry) (*lab.Report, error) {
+	rep, err := lab.Run(ctx, s, opts, lab.Modes)
+	if rep != nil && len(rep.Modes) > 0 {
+		md, werr := lab.Write(out, rep)
+		if werr != nil {
+			return rep, errors.Join(err, werr)
+		}
+		e.Ran = true
+		e.Report = rep
+		m.clearBar()
+		fmt.Fprintln(m.Stdout, md)
+	}
+	return rep, err
 }
 
 func (m *Main) clearBar() {

@@ -3,6 +3,9 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -335,4 +338,61 @@ func parseProcStat(s string) (procTimes, error) {
 // ticksToDuration converts clock ticks (USER_HZ) to time.
 func ticksToDuration(ticks uint64) time.Duration {
 	return time.Duration(ticks) * time.Second / time.Duration(clockTicks())
+}
+
+// CPURatio is holdfast's cpu_ms_per_1k_client over naive's in rep, and
+// false when rep lacks either mode's figure.
+func CPURatio(rep *Report) (float64, bool) {
+	if rep == nil {
+		return 0, false
+	}
+	var naive, holdfast float64
+	for _, m := range rep.Modes {
+		switch m.Mode {
+		case "naive":
+			naive = m.Extra["cpu_ms_per_1k_client"]
+		case "holdfast":
+			holdfast = m.Extra["cpu_ms_per_1k_client"]
+		}
+	}
+	if naive <= 0 || holdfast <= 0 {
+		return 0, false
+	}
+	return holdfast / naive, true
+}
+
+// WriteCPURatios writes dir/cpu.md: for each scenario in names, holdfast's
+// client CPU per request over naive's in each round and the rounds'
+// median. One round's ratio on a shared machine moves by a few tenths;
+// the median of rounds run one after the other is the figure to judge by.
+func WriteCPURatios(dir, cmd string, names []string, ratios map[string][]float64) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Client CPU per request, holdfast over naive\n\n`%s`\n\n", cmd)
+	b.WriteString("| scenario | rounds | median | min | max |\n|---|---|---:|---:|---:|\n")
+	for _, name := range names {
+		rs := ratios[name]
+		if len(rs) == 0 {
+			continue
+		}
+		each := make([]string, len(rs))
+		for i, r := range rs {
+			each[i] = strconv.FormatFloat(r, 'f', 2, 64)
+		}
+		sorted := slices.Clone(rs)
+		slices.Sort(sorted)
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f |\n", name, strings.Join(each, ", "), median(sorted), sorted[0], sorted[len(sorted)-1])
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "cpu.md"), []byte(b.String()), 0o644)
+}
+
+// median of sorted, which is not empty.
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }

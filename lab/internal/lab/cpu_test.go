@@ -3,8 +3,10 @@ package lab
 import (
 	"maps"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,5 +229,42 @@ func TestCPUSplitAt(t *testing.T) {
 	m.splitAt(time.Now().Add(time.Hour))
 	if u := m.stop(); u.phases != nil {
 		t.Errorf("split point never reached: phases = %v, want none", u.phases)
+	}
+}
+
+// CPURatio divides holdfast's client CPU per request by naive's, and
+// WriteCPURatios puts each round's ratio and their median in cpu.md.
+func TestCPURatios(t *testing.T) {
+	rep := func(naive, holdfast float64) *Report {
+		return &Report{Modes: []ModeResult{
+			{Mode: "naive", Extra: map[string]float64{"cpu_ms_per_1k_client": naive}},
+			{Mode: "holdfast", Extra: map[string]float64{"cpu_ms_per_1k_client": holdfast}},
+		}}
+	}
+	if r, ok := CPURatio(rep(200, 150)); !ok || r != 0.75 {
+		t.Fatalf("CPURatio = %v, %v; want 0.75, true", r, ok)
+	}
+	if _, ok := CPURatio(&Report{Modes: []ModeResult{{Mode: "holdfast", Extra: map[string]float64{"cpu_ms_per_1k_client": 1}}}}); ok {
+		t.Fatal("CPURatio without a naive mode reported a ratio")
+	}
+	if _, ok := CPURatio(nil); ok {
+		t.Fatal("CPURatio of no report reported a ratio")
+	}
+	dir := t.TempDir()
+	ratios := map[string][]float64{"hot-zipf": {0.9, 0.7, 0.8, 1.2}, "stampede": {0.5}}
+	if err := WriteCPURatios(dir, "go run ./lab", []string{"hot-zipf", "none", "stampede"}, ratios); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| hot-zipf | 0.90, 0.70, 0.80, 1.20 | 0.85 | 0.70 | 1.20 |", "| stampede | 0.50 | 0.50 | 0.50 | 0.50 |"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("cpu.md lacks %q:\n%s", want, b)
+		}
+	}
+	if strings.Contains(string(b), "| none |") {
+		t.Errorf("cpu.md has a row for a scenario with no ratio:\n%s", b)
 	}
 }
