@@ -89,6 +89,7 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 	// Reads are counted here, past the hot tier; Stats adds the hot hits,
 	// which saves a hit its second counter.
 	n.ctr.inc(evRead)
+	growStack(0)
 	return n.fetch(ctx, key, loader)
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/holdfast-dev/holdfast/holdfastotel"
+	"github.com/holdfast-dev/holdfast/inmem"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -368,4 +369,61 @@ func BenchmarkMissLoad(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkGetSharedHitFresh is a shared-tier hit (the in-memory tier,
+// holdfast's hot tier off) read the way a server reads on behalf of a
+// request: each read on a goroutine of its own, new, as net/http's
+// per-request handlers and gRPC's per-stream ones are ("fresh"), beside
+// the same reads one after another on one goroutine ("reused"). The gap
+// between the two is what a fresh goroutine's stack growth costs a read.
+func BenchmarkGetSharedHitFresh(b *testing.B) {
+	for _, fresh := range []bool{true, false} {
+		name := "reused"
+		if fresh {
+			name = "fresh"
+		}
+		b.Run(name, func(b *testing.B) {
+			c, err := holdfast.New(holdfast.Options{Shared: inmem.New(nil)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}})
+			ks, v := keys(hitKeys), value()
+			load := func(context.Context, string) ([]byte, error) { return v, nil }
+			ctx := context.Background()
+			for _, k := range ks {
+				if _, err := ns.Get(ctx, k, load); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var misses atomic.Int64
+			hit := func(i int) {
+				if res, err := ns.Get(ctx, ks[keyIndexes[i&0xffff]], load); err != nil || res.Source != holdfast.SourceShared {
+					misses.Add(1)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			if fresh {
+				ch := make(chan struct{})
+				for i := range b.N {
+					go func() {
+						hit(i)
+						ch <- struct{}{}
+					}()
+					<-ch
+				}
+			} else {
+				for i := range b.N {
+					hit(i)
+				}
+			}
+			b.StopTimer()
+			if m := misses.Load(); m > 0 {
+				b.Fatalf("%d of %d reads not shared-tier hits", m, b.N)
+			}
+		})
+	}
 }
