@@ -32,10 +32,8 @@
 // within half a point of otter, or above it, on Zipf, loop and scan
 // workloads, where a CLOCK scored an LRU's (bench/README.md).
 //
-// A read takes no lock and writes no shared memory but its entry's state
-// word: a read bit, set the first time it is read after the policy last
-// looked at it, and the shard's shift epoch, stamped at the first read
-// after a shift of the popular keys (climber.detect, staleVictim): a
+// A read takes no lock and writes no shared memory but its entry's read
+// bit, set the first time it is read after the policy last looked at it: a
 // key that every core reads stays in every core's cache, where a read lock
 // would make each read a write to the lock's cache line (a read-locked
 // sharded map took ~45 ns a hit here, against ~30 for the sync.Map this
