@@ -79,7 +79,6 @@ func index(keys []string, k string) int {
 type capacityOf uint64
 
 func (c capacityOf) capacity() uint64 { return uint64(c) }
-func (c capacityOf) shifted()         {}
 
 // The climber takes the window no lower than 1% of the bytes, however long
 // shrinking it seems to pay.
@@ -93,7 +92,7 @@ func TestWindowFloor(t *testing.T) {
 		for range minSample / 64 {
 			hits += uint64(64 * rate / (1 - rate))
 			for range 64 {
-				c.missed(capacityOf(10), false)
+				c.missed(capacityOf(10))
 			}
 		}
 	}

@@ -133,12 +133,7 @@ type shard[V any] struct {
 	// tab is the shard's index, loaded by every Get without the lock and
 	// replaced only under mu, by a grow or a Clear.
 	tab atomic.Pointer[table[V]]
-	// epoch counts the shifts of the popular keys the store has seen
-	// (Store.shifted); a read stamps it on its node. It lies on tab's
-	// line, which every read loads anyway and writers change only at a
-	// grow, a Clear or a shift.
-	epoch atomic.Uint32
-	_     [52]byte // keep the writers' fields below off tab's cache line
+	_   [56]byte // keep the writers' fields below off tab's cache line
 
 	mu           sync.Mutex
 	entries      int
@@ -186,7 +181,7 @@ type node[V any] struct {
 	key     string
 	hnext   atomic.Pointer[node[V]] // the next node of the bucket's chain
 	expires int64                   // compared with the now passed to Get; exclusive
-	state   atomic.Uint32           // bit 0: read since the policy last looked; above: the shard's epoch at its last read or its write
+	read    atomic.Bool             // read since the policy last looked
 	queue   uint8                   // window, probation or protected
 	freq    uint8                   // the key's count when last counted (sketch.count)
 	freqAt  uint8                   // the sketch's halvings then
@@ -283,10 +278,9 @@ func (s *Store[V]) Get(key string, now int64) *V {
 			return nil
 		}
 		// Load before store: a hot key read by every core must not
-		// turn each read into a write to the same cache line. The
-		// state changes at the first read after a look or a shift.
-		if st := sh.epoch.Load()<<1 | 1; n.state.Load() != st {
-			n.state.Store(st)
+		// turn each read into a write to the same cache line.
+		if !n.read.Load() {
+			n.read.Store(true)
 		}
 		return &n.val
 	}
@@ -320,7 +314,7 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		// one's place and reads: a key's popularity is not its value's.
 		n.hnext.Store(old.hnext.Load())
 		link.Store(n)
-		n.state.Store(old.state.Load())
+		n.read.Store(old.read.Load())
 		n.freq, n.freqAt = old.freq, old.freqAt
 		q, added = int(old.queue), false
 		sh.drop(old)
@@ -328,7 +322,6 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		head := t.bucket(h)
 		n.hnext.Store(head.Load())
 		head.Store(n)
-		n.state.Store(sh.epoch.Load() << 1)
 		sh.counted(n)
 	}
 	sh.push(n, q)
@@ -347,10 +340,9 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		sh.grow(t)
 	}
 	stored := n.queue != evictedQueue
-	repeat := n.freq >= repeatCount
 	sh.mu.Unlock()
 	if added && s.climb != nil {
-		s.climb.missed(s, repeat)
+		s.climb.missed(s)
 	}
 	return stored
 }
@@ -518,10 +510,6 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 	// newcomer in over keys read three times each and counted once.
 	older := sh.qLen[probation]
 	for sh.bytes > sh.maxBytes {
-		if v := sh.staleVictim(); v != nil {
-			sh.evictNode(v)
-			continue
-		}
 		// probationVictim, its first look written out, as evict's.
 		v := sh.q[probation].head
 		if older <= 0 || v == nil || !unread(v, now) {
@@ -557,46 +545,6 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 	return true
 }
 
-// staleVictim is an entry of the main part neither read nor written since
-// the last shift (Store.shifted), found at probation's head or among the
-// protected share's first few, or nil. After a shift such an entry is
-// yesterday's, its count in the sketch earned then: it goes before any
-// candidate is judged, as an LRU would let it go, so that the new keys
-// are held from their first read as an LRU holds them, not turned away
-// until they have been read more often than the old ones were. The
-// protected ones it passes, read since, go to the back as an LRU's read
-// entries do.
-func (sh *shard[V]) staleVictim() *node[V] {
-	e := sh.epoch.Load()
-	if e == 0 {
-		return nil
-	}
-	if n := sh.q[probation].head; n != nil && n.state.Load()>>1 != e {
-		return n
-	}
-	l := &sh.q[protected]
-	for range staleLooks {
-		n := l.head
-		if n == nil {
-			return nil
-		}
-		if n.state.Load()>>1 != e {
-			return n
-		}
-		l.remove(n)
-		l.pushBack(n)
-	}
-	return nil
-}
-
-// staleLooks bounds staleVictim's walk of the protected share.
-const staleLooks = 4
-
-// repeatCount is the count, its miss included, of a key missed that the
-// shift detector takes for one counted before (climber.detect): 2 would
-// take in many a key read once, its counters shared with other keys'.
-const repeatCount = 3
-
 // The verdicts of admit.
 const (
 	rejected   = iota // the candidate goes
@@ -616,7 +564,7 @@ func (sh *shard[V]) admit(c, v *node[V], now int64) int {
 	if now >= c.expires {
 		return rejected
 	}
-	if c.state.Load()&1 != 0 {
+	if c.read.Load() {
 		sh.countRead(c)
 	}
 	// The counts the nodes keep spare a write the sketch's look-ups. A
@@ -713,14 +661,13 @@ func (sh *shard[V]) nextUnread(q int, now int64) *node[V] {
 func unread[V any](n *node[V], now int64) bool {
 	// Load, then store: a read that sets the bit in between is lost, as
 	// one read in many may be; a swap would lock the bus for every look.
-	return now >= n.expires || n.state.Load()&1 == 0
+	return now >= n.expires || !n.read.Load()
 }
 
 // countRead clears read n's bit for the next look and counts the read in
-// the sketch. A read stamping a new epoch in between is lost, as a read
-// bit set in between is (unread).
+// the sketch.
 func (sh *shard[V]) countRead(n *node[V]) {
-	n.state.Store(n.state.Load() &^ 1)
+	n.read.Store(false)
 	sh.counted(n)
 }
 
@@ -768,7 +715,7 @@ func (sh *shard[V]) grow(t *table[V]) {
 		l := &sh.q[q]
 		for n := l.head; n != nil; {
 			c := &node[V]{hash: n.hash, key: n.key, expires: n.expires, val: n.val, size: n.size, queue: n.queue, freq: n.freq, freqAt: n.freqAt}
-			c.state.Store(n.state.Load())
+			c.read.Store(n.read.Load())
 			head := nt.bucket(c.hash)
 			c.hnext.Store(head.Load())
 			head.Store(c)
