@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -384,12 +385,15 @@ func BenchmarkGetSharedHitFresh(b *testing.B) {
 			name = "fresh"
 		}
 		b.Run(name, func(b *testing.B) {
-			c, err := holdfast.New(holdfast.Options{Shared: inmem.New(nil)})
+			c, err := holdfast.New(holdfast.Options{Shared: inmem.New(nil), Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			ns, _ := c.Namespace("product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}})
+			ns, err := c.Namespace("product", holdfast.Policy{TTL: time.Hour, Hot: holdfast.HotPolicy{MaxBytes: -1}})
+			if err != nil {
+				b.Fatal(err)
+			}
 			ks, v := keys(hitKeys), value()
 			load := func(context.Context, string) ([]byte, error) { return v, nil }
 			ctx := context.Background()
