@@ -168,6 +168,8 @@ type Cache struct {
 }
 
 // New returns a Cache configured by opts, or an error if opts is invalid.
+// With a shared tier that has an invalidation stream, it waits up to 250 ms
+// for the stream to be first heard.
 func New(opts Options) (*Cache, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -213,7 +215,17 @@ func New(opts Options) (*Cache, error) {
 		c.stream.lost = make(chan struct{}, 1)
 		c.stream.heard.Store(c.clock.Now().UnixNano())
 		c.stream.gap.Store(true)
+		c.stream.first = make(chan struct{})
 		c.goOwned(func() { c.listen(stream) })
+		// The copies read before the stream is first heard are dropped
+		// then (stream.go): a Cache whose stream answers at once starts
+		// heard, one whose tier is out starts without waiting long.
+		t := time.NewTimer(streamFirstWait)
+		select {
+		case <-c.stream.first:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	return c, nil
 }

@@ -64,8 +64,7 @@ import (
 //	invalidations.sent    keys invalidated here and announced to every process
 //	invalidations.heard   announcements of this namespace's keys heard, own included
 //	invalidations.applied other processes' announcements that dropped a copy or left it a fallback
-//	revalidated           hot copies checked against the shared tier after a stream gap
-//	revalidation.dropped  of those, the copies dropped
+//	stream.gap_dropped    hot copies from before a stream gap, dropped when it was heard again
 //	stream.unheard        milliseconds since the stream was last heard (a gauge)
 //	warm_start.keys       keys the warm start put in the hot tier
 //	warm_start.bytes      their envelopes' bytes
@@ -205,8 +204,7 @@ var statTable = [...]stat{
 	counter("invalidations.sent", "{key}", "Keys this process invalidated in the shared tier, each announced to every process (invalidation stream).", evInvalidationSent),
 	counter("invalidations.heard", "{key}", "Announcements of this namespace's invalidations heard on the stream, this process's own included.", evInvalidationHeard),
 	counter("invalidations.applied", "{key}", "Other processes' announcements that dropped a copy held here or left it a fallback.", evInvalidationApplied),
-	counter("revalidated", "{entry}", "Hot-tier copies checked against the shared tier after the stream was not heard for a while.", evRevalidated),
-	counter("revalidation.dropped", "{entry}", "Hot-tier copies the check dropped: the shared tier no longer held the same load.", evRevalidationDropped),
+	counter("stream.gap_dropped", "{entry}", "Hot-tier copies found current before a gap in the invalidation stream, dropped when it was heard again: each key is read again on demand.", evUnheardDropped),
 	gauge("stream.unheard", "ms", "Time since the invalidation stream was last heard; 0 while it is heard, or without a stream.", func(n *Namespace) uint64 {
 		if n.c.caps.stream != nil && n.c.stream.gap.Load() {
 			if d := n.exactNow() - n.c.stream.heard.Load(); d > 0 {
@@ -303,8 +301,7 @@ const (
 	evInvalidationSent
 	evInvalidationHeard
 	evInvalidationApplied
-	evRevalidated
-	evRevalidationDropped
+	evUnheardDropped
 	evWarmStartKey
 	evWarmStartBytes
 	evLifetimeSet

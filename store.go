@@ -94,10 +94,16 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 // putHot puts m, held bytes, in the hot tier if key may enter it now, for
 // Hot.TTL from found, when m was found current.
 func (n *Namespace) putHot(key string, m *meta, held, found, now int64) {
-	if n.hot != nil && !n.hotOff.Load() && n.admitHot(key, now) {
+	// A copy found current before the stream was last heard again may
+	// have missed an invalidation in the gap (stream.go).
+	if n.hot != nil && !n.hotOff.Load() && m.currentAt() >= n.c.stream.resumedAt.Load() && n.admitHot(key, now) {
 		// Never past the soft time: a hot-tier hit is always fresh.
 		if exp := min(found+int64(n.p.Hot.TTL), m.soft); exp > now {
 			n.hot.Set(key, *m, held, exp, now)
+			// Set after the pass that drops such copies began.
+			if m.currentAt() < n.c.stream.resumedAt.Load() {
+				n.hot.Delete(key)
+			}
 		}
 	}
 }

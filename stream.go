@@ -3,6 +3,7 @@ package holdfast
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,19 +26,18 @@ import (
 // goes on answering for Hot.MaxUnheard after the stream was last heard, and
 // is emptied only past that, admitting nothing until the stream is heard
 // again; last-known-good answers within the TTL as it always does while the
-// shared tier fails. When the stream is heard again, every copy the hot tier
-// still holds is checked against the shared tier in pipelined reads and
-// dropped unless the shared tier holds the same load of the key, so nothing
-// it serves from before the gap is older than the last invalidation it
-// missed.
+// shared tier fails. When the stream is heard again, the hot tier drops
+// every copy found current before then, and takes none read before then
+// (putHot): each key is read again on demand, so nothing it serves is older
+// than an invalidation it missed. One shared read per key read again costs
+// about what checking every copy held did, and leaves no check to retry.
 
-// streamCheckEvery is how often the stream's state is looked at: how late
-// past Hot.MaxUnheard a hot tier may be emptied, and how soon a revalidation
-// that failed is tried again.
+// streamCheckEvery is how often the stream's state is looked at during a
+// gap: how late past Hot.MaxUnheard a hot tier may be emptied.
 const streamCheckEvery = 50 * time.Millisecond
 
-// revalidateBatch is how many keys one revalidation read asks for.
-const revalidateBatch = 256
+// warmStartBatch is how many keys one read of a warm start asks for.
+const warmStartBatch = 256
 
 // streamState is what the Cache knows of its stream.
 type streamState struct {
@@ -45,8 +45,8 @@ type streamState struct {
 	gap     atomic.Bool  // Lost since the last Heard (or never heard yet)
 	resumed chan struct{}
 	lost    chan struct{} // signalled when a gap begins
-	// resumedAt is when the last gap ended: values loaded since were
-	// loaded while the stream was heard, and need no check.
+	// resumedAt is when the last gap ended: copies found current since
+	// were found while the stream was heard.
 	resumedAt atomic.Int64
 	// lostHeard is heard when the latest gap began, and prevFrom and
 	// prevTo the heard period that gap ended: from its resumedAt to its
@@ -56,7 +56,14 @@ type streamState struct {
 	prevFrom, prevTo atomic.Int64
 	// lostAt is when the latest gap began (Lost), 0 before the first.
 	lostAt atomic.Int64
+	// first is closed when the stream is first heard.
+	first     chan struct{}
+	firstOnce sync.Once
 }
+
+// streamFirstWait bounds how long NewCache waits for its stream to be
+// first heard: a subscription takes a round trip or two.
+const streamFirstWait = 250 * time.Millisecond
 
 // listener is the Cache's tier.Listener.
 type listener struct{ c *Cache }
@@ -88,6 +95,7 @@ func (l listener) Heard() {
 		case s.resumed <- struct{}{}:
 		default:
 		}
+		s.firstOnce.Do(func() { close(s.first) })
 	}
 }
 
@@ -127,15 +135,15 @@ func (c *Cache) listen(stream tier.InvalidationStream) {
 }
 
 // watchStream empties the hot tiers that have gone unheard too long, and
-// revalidates them when the stream is heard again. While the stream is
-// heard and nothing is owed it waits for a gap instead of ticking: an idle
+// drops their copies from before the gap when the stream is heard again.
+// While the stream is heard it waits for a gap instead of ticking: an idle
 // process pays no wake-ups for it.
 func (c *Cache) watchStream() {
 	t := time.NewTicker(streamCheckEvery)
 	defer t.Stop()
-	stale := false // a revalidation is owed: one failed, or one is due
 	for {
-		if !stale && !c.stream.gap.Load() {
+		resumed := false
+		if !c.stream.gap.Load() {
 			t.Stop()
 			select {
 			case <-c.ctx.Done():
@@ -144,21 +152,19 @@ func (c *Cache) watchStream() {
 				t.Reset(streamCheckEvery)
 				continue
 			case <-c.stream.resumed:
-				t.Reset(streamCheckEvery)
-				stale = true
+				resumed = true
 			}
 		} else {
 			select {
 			case <-c.ctx.Done():
 				return
 			case <-c.stream.resumed:
-				stale = true
+				resumed = true
 			case <-t.C:
 			}
 		}
 		gap := c.stream.gap.Load()
 		unheard := c.clock.Now().UnixNano() - c.stream.heard.Load()
-		ok := true
 		for _, n := range c.namespaceList() {
 			if n.hot == nil {
 				continue
@@ -169,17 +175,14 @@ func (c *Cache) watchStream() {
 					n.hot.Clear()
 					n.c.logger().Warn("holdfast: invalidation stream unheard; hot tier emptied until it is heard again", "namespace", n.name, "unheard", time.Duration(unheard))
 				}
-			case !gap && stale:
+			case resumed:
 				// Invalidations this process queued during the gap go
 				// out now, not at the next ReplayInterval: the other
 				// processes hear them only once they are replayed.
 				n.replayPending(c.ctx)
-				ok = n.revalidate(c.ctx) && ok
+				n.dropUnheard()
 				n.hotOff.Store(false)
 			}
-		}
-		if !gap && stale && ok {
-			stale = false
 		}
 	}
 }
@@ -223,68 +226,21 @@ func (n *Namespace) invalidatedElsewhere(key string, at int64) {
 	}
 }
 
-// revalidate checks every copy in the hot tier loaded before the stream
-// was heard again against the shared tier, and drops those it does not hold
-// the same load of. It reports false when the shared tier could not answer,
-// and the check must be tried again.
-func (n *Namespace) revalidate(ctx context.Context) bool {
+// dropUnheard drops the hot copies found current before the stream was
+// last heard again: each may have missed an invalidation in the gap.
+func (n *Namespace) dropUnheard() {
 	now, since := n.exactNow(), n.c.stream.resumedAt.Load()
-	var keys []string
-	var origins []int64
+	var keys []string // Range holds a shard's lock, which Delete takes
 	n.hot.Range(now, func(key string, m *meta) bool {
-		if m.origin < since {
+		if m.currentAt() < since {
 			keys = append(keys, key)
-			origins = append(origins, m.origin)
 		}
 		return true
 	})
-	for len(keys) > 0 {
-		k := min(len(keys), revalidateBatch)
-		if !n.revalidateBatch(ctx, keys[:k], origins[:k]) {
-			return false
-		}
-		keys, origins = keys[k:], origins[k:]
+	for _, k := range keys {
+		n.hot.Delete(k)
 	}
-	return true
-}
-
-func (n *Namespace) revalidateBatch(ctx context.Context, keys []string, origins []int64) bool {
-	qualified := make([]string, len(keys))
-	for i, k := range keys {
-		qualified[i] = n.prefix + k
-	}
-	ctx, cancel := context.WithTimeout(ctx, n.p.LoadTimeout)
-	defer cancel()
-	ls, err := n.c.opts.Shared.GetMany(ctx, qualified)
-	if err != nil {
-		n.countTierError(err, evSharedError)
-		return false
-	}
-	complete := true
-	for i, l := range ls {
-		switch {
-		case l.Err != nil:
-			// Not known: kept, and checked again at the next try.
-			n.countTierError(l.Err, evSharedError)
-			complete = false
-			continue
-		case l.Found:
-			if m, err := decodeMeta(l.Value); err == nil && m.origin == origins[i] {
-				n.ctr.inc(evRevalidated)
-				continue
-			}
-		case n.flights.inProgress(keys[i]):
-			// Its load's write may be on its way (the hot tier takes a
-			// value before the shared tier does): checked again at the
-			// next try, once the write has landed or been refused.
-			complete = false
-			continue
-		}
-		n.ctr.inc(evRevalidated)
-		n.hot.Delete(keys[i])
-		n.ctr.inc(evRevalidationDropped)
-	}
-	return complete
+	n.ctr.add(evUnheardDropped, uint64(len(keys)))
 }
 
 // warmStart fills the hot tier of a namespace that shares hot keys with the
@@ -303,15 +259,25 @@ func (n *Namespace) warmStart(sharer tier.HotSharer) {
 	for k := range set.keys {
 		keys = append(keys, k)
 	}
+	// A copy read before the stream is first heard would be dropped when
+	// it is (dropUnheard).
+	for n.c.caps.stream != nil && n.c.stream.gap.Load() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(streamCheckEvery):
+		}
+	}
 	budget := n.p.Hot.MaxBytes / 2
 	for len(keys) > 0 && budget > 0 && ctx.Err() == nil {
-		k := min(len(keys), revalidateBatch)
+		k := min(len(keys), warmStartBatch)
 		batch := keys[:k]
 		keys = keys[k:]
 		qualified := make([]string, len(batch))
 		for i, key := range batch {
 			qualified[i] = n.prefix + key
 		}
+		sent := n.exactNow()
 		ls, err := n.c.opts.Shared.GetMany(ctx, qualified)
 		if err != nil {
 			n.countTierError(err, evSharedError)
@@ -326,6 +292,7 @@ func (n *Namespace) warmStart(sharer tier.HotSharer) {
 			if err != nil || m.negative || now >= m.soft || n.grade(batch[i], &m, now) != gradeCurrent {
 				continue
 			}
+			m.current = sent
 			n.putLocal(batch[i], &m, now)
 			if n.hot.Get(batch[i], now) != nil {
 				n.ctr.inc(evWarmStartKey)

@@ -124,10 +124,10 @@ func TestUnheardStreamKeepsTheHotTierThenEmptiesIt(t *testing.T) {
 	})
 }
 
-// When the stream is heard again, every hot copy is checked against the
-// shared tier: the one whose invalidation was lost is dropped, the others
-// stay.
-func TestStreamHeardAgainRevalidatesTheHotTier(t *testing.T) {
+// When the stream is heard again, every hot copy from before the gap is
+// dropped: the one whose invalidation was lost is read again at its new
+// value, the others at theirs, from the shared tier, none loaded.
+func TestStreamHeardAgainDropsTheHotCopiesFromBefore(t *testing.T) {
 	shared := inmem.New(nil)
 	src := &source{}
 	a := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
@@ -147,15 +147,23 @@ func TestStreamHeardAgainRevalidatesTheHotTier(t *testing.T) {
 		t.Fatalf("b read p1 from %v during the gap, want its hot copy", res.Source)
 	}
 	shared.Hear()
-	eventually(t, "the revalidation", func() bool { return b.Stats().Get("revalidated")-before.Get("revalidated") == 3 })
-	if st := b.Stats(); st.Get("revalidation.dropped")-before.Get("revalidation.dropped") != 1 || st.Get("hot.entries") != 2 {
-		t.Fatalf("dropped %d, %d left; want p1 dropped, p2 and p3 kept", st.Get("revalidation.dropped")-before.Get("revalidation.dropped"), st.Get("hot.entries"))
+	eventually(t, "the drop", func() bool { return b.Stats().Get("stream.gap_dropped")-before.Get("stream.gap_dropped") == 3 })
+	if n := b.Stats().Get("hot.entries"); n != 0 {
+		t.Fatalf("%d hot entries after the drop, want 0", n)
 	}
+	loads := b.Stats().Get("loads")
 	if res := mustGet(t, b, "p1", src.Load); string(res.Value) != want {
-		t.Fatalf("after the revalidation b read %q from %v, want %q", res.Value, res.Source, want)
+		t.Fatalf("after the gap b read %q from %v, want %q", res.Value, res.Source, want)
 	}
+	if res := mustGet(t, b, "p2", src.Load); res.Source != holdfast.SourceShared {
+		t.Fatalf("p2 from %v after the gap, want the shared tier", res.Source)
+	}
+	if n := b.Stats().Get("loads") - loads; n != 1 {
+		t.Fatalf("%d loads after the gap, want 1 (p1, invalidated)", n)
+	}
+	settle(t, b, "p2")
 	if res := mustGet(t, b, "p2", src.Load); res.Source != holdfast.SourceHot {
-		t.Fatalf("p2 from %v after the revalidation, want its kept hot copy", res.Source)
+		t.Fatalf("p2 from %v once read again, want the hot tier", res.Source)
 	}
 }
 
@@ -304,10 +312,11 @@ func TestCopyBetweenOwnAndHeardInvalidationIsAFallback(t *testing.T) {
 	fp.wantFallback(t, "p1@1", "after both invalidations")
 }
 
-// A hot copy whose load's write to the shared tier is still on its way when
-// the stream is heard again is kept, and checked once the write has landed,
-// not dropped for missing from the shared tier.
-func TestRevalidationWaitsForALoadsWrite(t *testing.T) {
+// A copy loaded during a gap, whose write to the shared tier is still on its
+// way when the stream is heard again, is dropped from the hot tier like
+// every copy from before, and read again from the shared tier once the
+// write has landed: not loaded again.
+func TestStreamHeardAgainDuringALoadsWrite(t *testing.T) {
 	shared := inmem.New(nil)
 	src := &source{}
 	b := newListeningNS(t, holdfast.Options{Shared: shared}, hotEverywhere)
@@ -317,16 +326,18 @@ func TestRevalidationWaitsForALoadsWrite(t *testing.T) {
 		t.Fatalf("first read from %v", res.Source)
 	}
 	shared.Hear()
-	eventually(t, "a revalidation try", func() bool { return shared.Calls().GetManys >= 1 })
-	time.Sleep(100 * time.Millisecond) // two more of the watcher's looks
+	eventually(t, "the drop", func() bool { return b.Stats().Get("stream.gap_dropped") == 1 })
 	thaw()
 	settle(t, b, "p1")
-	eventually(t, "the revalidation", func() bool { return b.Stats().Get("revalidated") == 1 })
-	if st := b.Stats(); st.Get("revalidation.dropped") != 0 {
-		t.Fatalf("the copy whose write was on its way was dropped (%d)", st.Get("revalidation.dropped"))
+	if res := mustGet(t, b, "p1", src.Load); res.Source != holdfast.SourceShared {
+		t.Fatalf("p1 from %v after the gap, want the shared tier", res.Source)
 	}
+	if n := b.Stats().Get("loads"); n != 1 {
+		t.Fatalf("%d loads, want 1", n)
+	}
+	settle(t, b, "p1")
 	if res := mustGet(t, b, "p1", src.Load); res.Source != holdfast.SourceHot {
-		t.Fatalf("p1 from %v after the revalidation, want its kept hot copy", res.Source)
+		t.Fatalf("p1 from %v once read again, want the hot tier", res.Source)
 	}
 }
 
