@@ -37,8 +37,8 @@ func BenchmarkGet(b *testing.B) {
 				if 0 >= n.expires {
 					return false
 				}
-				if !n.read.Load() {
-					n.read.Store(true)
+				if n.state.Load()&1 == 0 {
+					n.state.Store(1)
 				}
 				return true
 			})

@@ -19,9 +19,13 @@ func replay(s *Store[int], hits *uint64, keys []int) float64 {
 	return float64(*hits-before) / float64(len(keys))
 }
 
-// The climber grows the window for a workload whose popular keys keep
-// changing, where recency pays, and leaves it small for one of lasting
-// popularity, where the sketch does.
+// A store that adapts (the climber and the shift detector) holds far more
+// of a workload whose popular keys keep changing than one whose window
+// stays at 1%, and loses nothing on one of lasting popularity, where the
+// climber leaves the window small for the sketch. Where a shift's window
+// ends depends on the hash seed (0.01 to 0.77 of the bytes over 30
+// seeds), as either mechanism may take the shift; the gain does not
+// (20 to 30 points over the same seeds), so the gain is what is checked.
 func TestWindowFollowsHitRate(t *testing.T) {
 	const entries = 1000
 	shifting := func() []int {
@@ -55,8 +59,8 @@ func TestWindowFollowsHitRate(t *testing.T) {
 		minShare, maxShare float64
 		minGain            float64 // hit ratio points over the 1% window
 	}{
-		{"shifting", shifting(), 0.3, maxWindow, 2},
-		{"lasting", lasting(), 0, 0.2, -0.5},
+		{"shifting", shifting(), minWindow, maxWindow, 10},
+		{"lasting", lasting(), minWindow, 0.2, -0.5},
 	} {
 		var hits uint64
 		fixed := replay(oneShard(entries), &hits, c.keys)

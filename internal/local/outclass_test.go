@@ -78,7 +78,9 @@ func index(keys []string, k string) int {
 // capacityOf is a store of a fixed size, for driving a climber alone.
 type capacityOf uint64
 
-func (c capacityOf) capacity() uint64 { return uint64(c) }
+func (c capacityOf) capacity() uint64     { return uint64(c) }
+func (c capacityOf) suspectShift() uint32 { return 1 }
+func (c capacityOf) shifted(uint32)       {}
 
 // The climber takes the window no lower than 1% of the bytes, however long
 // shrinking it seems to pay.
@@ -92,7 +94,7 @@ func TestWindowFloor(t *testing.T) {
 		for range minSample / 64 {
 			hits += uint64(64 * rate / (1 - rate))
 			for range 64 {
-				c.missed(capacityOf(10))
+				c.missed(capacityOf(10), false)
 			}
 		}
 	}

@@ -113,11 +113,7 @@ func (s *sketch) add(h uint64) uint8 {
 	c := uint8(min(c0, c1, c2, c3))
 	s.additions++
 	if s.additions >= s.sample {
-		for i, w := range s.table {
-			s.table[i] = w >> 1 & 0x7777777777777777
-		}
-		s.additions /= 2
-		s.halvings++
+		s.halve()
 		c >>= 1
 	}
 	return c
@@ -130,4 +126,14 @@ func (s *sketch) add(h uint64) uint8 {
 // more than the estimate.
 func (s *sketch) count(c, at uint8) int {
 	return int(c) >> min(s.halvings-at, 4)
+}
+
+// halve halves every counter: at the end of a sample, and at a shift of
+// the popular keys (Store.shifted).
+func (s *sketch) halve() {
+	for i, w := range s.table {
+		s.table[i] = w >> 1 & 0x7777777777777777
+	}
+	s.additions /= 2
+	s.halvings++
 }

@@ -32,8 +32,10 @@
 // within half a point of otter, or above it, on Zipf, loop and scan
 // workloads, where a CLOCK scored an LRU's (bench/README.md).
 //
-// A read takes no lock and writes no shared memory but its entry's read
-// bit, set the first time it is read after the policy last looked at it: a
+// A read takes no lock and writes no shared memory but its entry's state
+// word: a read bit, set the first time it is read after the policy last
+// looked at it, and the shard's shift epoch, stamped at the first read
+// after a shift of the popular keys (climber.detect, staleVictim): a
 // key that every core reads stays in every core's cache, where a read lock
 // would make each read a write to the lock's cache line (a read-locked
 // sharded map took ~45 ns a hit here, against ~30 for the sync.Map this
@@ -133,9 +135,15 @@ type shard[V any] struct {
 	// tab is the shard's index, loaded by every Get without the lock and
 	// replaced only under mu, by a grow or a Clear.
 	tab atomic.Pointer[table[V]]
-	_   [56]byte // keep the writers' fields below off tab's cache line
+	// epoch counts the samples that began a suspected shift of the
+	// popular keys (Store.suspectShift); a read stamps it on its node. It lies on tab's
+	// line, which every read loads anyway and writers change only at a
+	// grow, a Clear or a shift.
+	epoch atomic.Uint32
+	_     [52]byte // keep the writers' fields below off tab's cache line
 
 	mu           sync.Mutex
+	shiftAt      uint32 // the epoch the last shift began in; 0 for none
 	entries      int
 	bytes        int64
 	maxBytes     int64
@@ -181,7 +189,7 @@ type node[V any] struct {
 	key     string
 	hnext   atomic.Pointer[node[V]] // the next node of the bucket's chain
 	expires int64                   // compared with the now passed to Get; exclusive
-	read    atomic.Bool             // read since the policy last looked
+	state   atomic.Uint32           // bit 0: read since the policy last looked; above: the shard's epoch at its last read or its write
 	queue   uint8                   // window, probation or protected
 	freq    uint8                   // the key's count when last counted (sketch.count)
 	freqAt  uint8                   // the sketch's halvings then
@@ -278,9 +286,10 @@ func (s *Store[V]) Get(key string, now int64) *V {
 			return nil
 		}
 		// Load before store: a hot key read by every core must not
-		// turn each read into a write to the same cache line.
-		if !n.read.Load() {
-			n.read.Store(true)
+		// turn each read into a write to the same cache line. The
+		// state changes at the first read after a look or a shift.
+		if st := sh.epoch.Load()<<1 | 1; n.state.Load() != st {
+			n.state.Store(st)
 		}
 		return &n.val
 	}
@@ -314,7 +323,7 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		// one's place and reads: a key's popularity is not its value's.
 		n.hnext.Store(old.hnext.Load())
 		link.Store(n)
-		n.read.Store(old.read.Load())
+		n.state.Store(old.state.Load())
 		n.freq, n.freqAt = old.freq, old.freqAt
 		q, added = int(old.queue), false
 		sh.drop(old)
@@ -322,6 +331,7 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		head := t.bucket(h)
 		n.hnext.Store(head.Load())
 		head.Store(n)
+		n.state.Store(sh.epoch.Load() << 1)
 		sh.counted(n)
 	}
 	sh.push(n, q)
@@ -340,9 +350,10 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		sh.grow(t)
 	}
 	stored := n.queue != evictedQueue
+	repeat := n.freq >= repeatCount
 	sh.mu.Unlock()
 	if added && s.climb != nil {
-		s.climb.missed(s)
+		s.climb.missed(s, repeat)
 	}
 	return stored
 }
@@ -510,6 +521,10 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 	// newcomer in over keys read three times each and counted once.
 	older := sh.qLen[probation]
 	for sh.bytes > sh.maxBytes {
+		if v := sh.staleVictim(); v != nil {
+			sh.evictNode(v)
+			continue
+		}
 		// probationVictim, its first look written out, as evict's.
 		v := sh.q[probation].head
 		if older <= 0 || v == nil || !unread(v, now) {
@@ -545,6 +560,51 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 	return true
 }
 
+// staleVictim is an entry of the main part neither read nor written since
+// the last shift (Store.shifted), found at probation's head or among the
+// protected share's first few, or nil. After a shift such an entry is
+// yesterday's, its count in the sketch earned then: it goes before any
+// candidate is judged, as an LRU would let it go, so that the new keys
+// are held from their first read as an LRU holds them, not turned away
+// until they have been read more often than the old ones were. The
+// protected ones it passes, read since, go to the back as an LRU's read
+// entries do.
+func (sh *shard[V]) staleVictim() *node[V] {
+	if sh.shiftAt == 0 {
+		return nil
+	}
+	if n := sh.q[probation].head; n != nil && sh.stale(n) {
+		return n
+	}
+	l := &sh.q[protected]
+	for range staleLooks {
+		n := l.head
+		if n == nil {
+			return nil
+		}
+		if sh.stale(n) {
+			return n
+		}
+		l.remove(n)
+		l.pushBack(n)
+	}
+	return nil
+}
+
+// stale reports whether n was last read or written in an epoch before the
+// last shift's: the epochs are 31 bits, compared as serial numbers.
+func (sh *shard[V]) stale(n *node[V]) bool {
+	return int32((n.state.Load()>>1-sh.shiftAt)<<1) < 0
+}
+
+// staleLooks bounds staleVictim's walk of the protected share.
+const staleLooks = 4
+
+// repeatCount is the count, its miss included, of a key missed that the
+// shift detector takes for one counted before (climber.detect): 2 would
+// take in many a key read once, its counters shared with other keys'.
+const repeatCount = 3
+
 // The verdicts of admit.
 const (
 	rejected   = iota // the candidate goes
@@ -564,7 +624,7 @@ func (sh *shard[V]) admit(c, v *node[V], now int64) int {
 	if now >= c.expires {
 		return rejected
 	}
-	if c.read.Load() {
+	if c.state.Load()&1 != 0 {
 		sh.countRead(c)
 	}
 	// The counts the nodes keep spare a write the sketch's look-ups. A
@@ -661,13 +721,14 @@ func (sh *shard[V]) nextUnread(q int, now int64) *node[V] {
 func unread[V any](n *node[V], now int64) bool {
 	// Load, then store: a read that sets the bit in between is lost, as
 	// one read in many may be; a swap would lock the bus for every look.
-	return now >= n.expires || !n.read.Load()
+	return now >= n.expires || n.state.Load()&1 == 0
 }
 
 // countRead clears read n's bit for the next look and counts the read in
-// the sketch.
+// the sketch. A read stamping a new epoch in between is lost, as a read
+// bit set in between is (unread).
 func (sh *shard[V]) countRead(n *node[V]) {
-	n.read.Store(false)
+	n.state.Store(n.state.Load() &^ 1)
 	sh.counted(n)
 }
 
@@ -715,7 +776,7 @@ func (sh *shard[V]) grow(t *table[V]) {
 		l := &sh.q[q]
 		for n := l.head; n != nil; {
 			c := &node[V]{hash: n.hash, key: n.key, expires: n.expires, val: n.val, size: n.size, queue: n.queue, freq: n.freq, freqAt: n.freqAt}
-			c.read.Store(n.read.Load())
+			c.state.Store(n.state.Load())
 			head := nt.bucket(c.hash)
 			c.hnext.Store(head.Load())
 			head.Store(c)
