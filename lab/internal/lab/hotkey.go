@@ -74,8 +74,7 @@ func hotZipf(detected bool) func(o Options) Plan {
 			// A hot tier of the keys found hot, as that production cache
 			// was: the detector's rate, which the library uses with a
 			// shared tier without an invalidation stream.
-			t.Reader.HotThreshold = detectedHotThreshold
-			p["holdfast_config"] = strings.Replace(p["holdfast_config"].(string), "hot tier on for every key, 16 MiB", "hot tier on for the keys found hot, Hot.Threshold 1,000 reads a minute", 1)
+			hotOnlyFound(&t.Reader, p)
 			figure = "hot_tier_share ≥ 0.35 with hot_tier_key_share ≤ 0.01: the share a hot tier of the few keys found hot takes"
 		}
 		return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode, Figure: figure}
@@ -118,6 +117,13 @@ func hotTraffic(sched []Request, d time.Duration, smearOnly bool, keys int) Traf
 // detectedHotThreshold is the library's Hot.Threshold with a shared tier
 // without an invalidation stream: 1,000 reads a minute.
 const detectedHotThreshold = 1000.0 / 60
+
+// hotOnlyFound gives holdfast a hot tier of the keys found hot
+// (detectedHotThreshold) instead of every key read, and says so in p.
+func hotOnlyFound(r *ReaderConfig, p map[string]any) {
+	r.HotThreshold = detectedHotThreshold
+	p["holdfast_config"] = strings.Replace(p["holdfast_config"].(string), "hot tier on for every key, 16 MiB", "hot tier on for the keys found hot, Hot.Threshold 1,000 reads a minute", 1)
+}
 
 func hotParams(d time.Duration, scheduled int, smearOnly bool) map[string]any {
 	cfg := holdfastConfig + "; keys found hot above 1,000 reads a minute (2 s half-life) smeared over 5 copies (at most one per primary)"

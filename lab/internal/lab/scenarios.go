@@ -158,7 +158,10 @@ const (
 
 // redisKillSmallLKG is redis-kill with a last-known-good store smaller than
 // the keys read, as a process whose store is sized below its working set
-// runs: every read of the outage whose key the store let go is a load.
+// runs: every read of the outage whose key the store let go is a load. The
+// hot tier holds only the keys found hot: by default it would hold every
+// key read, and 16 MiB holds this whole working set, so nothing would be
+// evicted and the figure would say nothing of which keys a store keeps.
 func redisKillSmallLKG(o Options) Plan {
 	d := o.length(baseDuration)
 	rng := rand.New(rand.NewPCG(9, 9))
@@ -177,6 +180,7 @@ func redisKillSmallLKG(o Options) Plan {
 	}
 	p := baseParams(d, t.Window)
 	p["keys"], p["zipf_s"], p["last_known_good_bytes"] = smallLKGKeys, smallLKGZipfS, smallLKGBytes
+	hotOnlyFound(&t.Reader, p)
 	p["fault"] = "SIGKILL redis-server, restarted empty at the end of the window"
 	return Plan{Params: p, Duration: d, Window: t.Window, RunMode: t.RunMode,
 		Figure: "outage_loads: database loads in the killed window, with last-known-good below the working set (fewer is better)"}
