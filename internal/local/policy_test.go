@@ -227,13 +227,15 @@ func TestReadOnProbationPromotes(t *testing.T) {
 	}
 }
 
-// FuzzPolicy runs a sequence of writes, reads, deletes and clock steps
-// against a store of one small shard and a map of what was last written:
+// FuzzPolicy runs a sequence of writes, reads, deletes, clock steps and
+// shifts of the popular keys against a store of one small shard and a map
+// of what was last written:
 // a read finds the last value written and unexpired or nothing, and the
 // bookkeeping holds after every step.
 func FuzzPolicy(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte("a scan, then a loop, then reads of the first keys again and again"))
+	f.Add([]byte{0, 1, 0, 2, 3, 1, 3, 1, 7, 254, 3, 2, 7, 253, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7, 0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := newStore[int](1, 0)
 		s.shards[0].setBudget(12 * s.Cost("k000000", 100))
@@ -243,6 +245,7 @@ func FuzzPolicy(f *testing.F) {
 		}
 		model := map[string]want{}
 		var now int64
+		var epoch uint32 // the last suspected shift's
 		for i := 0; i+1 < len(ops); i += 2 {
 			op, arg := ops[i], ops[i+1]
 			k := key(int(arg % 40))
@@ -270,9 +273,14 @@ func FuzzPolicy(f *testing.F) {
 				s.Delete(k)
 				delete(model, k)
 			case 7:
-				if arg == 255 {
+				switch arg {
+				case 255:
 					s.Clear()
 					clear(model)
+				case 254:
+					epoch = s.suspectShift()
+				case 253:
+					s.shifted(epoch)
 				}
 				now += int64(arg % 8)
 			}
