@@ -8,13 +8,7 @@ import "testing"
 // read stay.
 func TestShiftLetsTheStaleGoFirst(t *testing.T) {
 	const entries = 1000
-	s := oneShard(entries)
-	s.Seed(1)
-	for range 8 {
-		for i := range entries {
-			read(s, i)
-		}
-	}
+	s := readOften(entries)
 	s.shifted(s.suspectShift())
 	const still = 100 // old keys read after the shift
 	for i := range still {
@@ -36,9 +30,28 @@ func TestShiftLetsTheStaleGoFirst(t *testing.T) {
 	if held < newcomers*95/100 {
 		t.Errorf("%d of the %d keys set after the shift are held, want at least 95%%", held, newcomers)
 	}
-	for i := range still {
+	checkHeld(t, s, still, "read since the shift")
+}
+
+// readOften is a full store of entries keys, each read eight times.
+func readOften(entries int) *Store[int] {
+	s := oneShard(entries)
+	s.Seed(1)
+	for range 8 {
+		for i := range entries {
+			read(s, i)
+		}
+	}
+	return s
+}
+
+// checkHeld fails t unless s holds the first n keys, read as why says, and
+// its bookkeeping holds.
+func checkHeld(t *testing.T, s *Store[int], n int, why string) {
+	t.Helper()
+	for i := range n {
 		if s.Get(key(i), 0) == nil {
-			t.Errorf("%s, read since the shift, was let go", key(i))
+			t.Errorf("%s, %s, was let go", key(i), why)
 		}
 	}
 	if err := s.check(); err != nil {
@@ -118,13 +131,7 @@ func (s *shiftCounter) shifted(epoch uint32) { s.shifts, s.shiftAt = s.shifts+1,
 // go first.
 func TestShiftDatesFromTheFirstSuspectSample(t *testing.T) {
 	const entries = 1000
-	s := oneShard(entries)
-	s.Seed(1)
-	for range 8 {
-		for i := range entries {
-			read(s, i)
-		}
-	}
+	s := readOften(entries)
 	e := s.suspectShift()
 	const between = 100 // old keys read between the suspicion and the shift
 	for i := range between {
@@ -135,14 +142,7 @@ func TestShiftDatesFromTheFirstSuspectSample(t *testing.T) {
 	for i := range entries / 2 {
 		read(s, 1_000_000+i)
 	}
-	for i := range between {
-		if s.Get(key(i), 0) == nil {
-			t.Errorf("%s, read after the suspicion, was let go", key(i))
-		}
-	}
-	if err := s.check(); err != nil {
-		t.Fatal(err)
-	}
+	checkHeld(t, s, between, "read after the suspicion")
 }
 
 // The epochs compare as serial numbers: an entry stamped just before the
