@@ -416,7 +416,9 @@ func TestSharedTierDownServesLastKnownGoodUntilHard(t *testing.T) {
 	// goroutine of the Cache's, and a 2 ms slow-read delay (the default)
 	// can pass before that goroutine runs on a loaded machine, which would
 	// answer from memory as a slow read: the same value, another Source.
-	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowReadGrace: time.Second})
+	// SlowLoadGrace runs on real time too: past hard, the load could
+	// outlast it and the reader take the copy within stale-if-error.
+	ns := newNS(t, c, "product", holdfast.Policy{TTL: 10 * time.Second, StaleIfError: time.Minute, Hot: holdfast.HotPolicy{MaxBytes: -1}, SlowReadGrace: time.Second, SlowLoadGrace: -1})
 	l := &countingLoader{}
 	mustGet(t, ns, "p1", l.Load)
 	settle(t, ns, "p1")
