@@ -164,3 +164,21 @@ func TestStaleAcrossTheEpochsWrap(t *testing.T) {
 		t.Error("an entry of an epoch after the wrap is stale against a shift before it")
 	}
 }
+
+// A key written again after a shift counts as written since it, as a new
+// key does: a refresh is a sign the key is still read.
+func TestShiftSparesTheRewritten(t *testing.T) {
+	const entries = 1000
+	s := readOften(entries)
+	s.shifted(s.suspectShift())
+	const rewritten = 100
+	for i := range rewritten {
+		s.Set(key(i), -i, 100, 1<<62, 0)
+	}
+	// More newcomers than the old keys not written again: once those
+	// have gone, the rewritten ones must not go as yesterday's.
+	for i := range entries - rewritten/2 {
+		read(s, 1_000_000+i)
+	}
+	checkHeld(t, s, rewritten, "written since the shift")
+}

@@ -35,17 +35,18 @@
 // A read takes no lock and writes no shared memory but its entry's state
 // word: a read bit, set the first time it is read after the policy last
 // looked at it, and the shard's shift epoch, stamped at the first read
-// after a shift of the popular keys (climber.detect, staleVictim): a
-// key that every core reads stays in every core's cache, where a read lock
-// would make each read a write to the lock's cache line (a read-locked
-// sharded map took ~45 ns a hit here, against ~30 for the sync.Map this
-// package then chose). The policy looks at the bit when the entry comes up
-// for eviction, as a CLOCK hand would: an entry read since is counted once
-// more in the sketch and kept (in the window), promoted (on probation) or
-// kept in its share (protected), in place of the reorder an LRU does on
-// every read. A count of reads between two looks instead of the bit, up to
-// 15, measured the same hit ratios and cost a hit three times as much with
-// 65,536 keys (BenchmarkGet), each count a write to a line other cores read. Writes take the lock of the key's shard, which
+// after a suspected shift of the popular keys (climber.detect,
+// staleVictim): a key that every core reads stays in every core's cache,
+// where a read lock would make each read a write to the lock's cache line
+// (a read-locked sharded map took ~45 ns a hit here, against ~30 for the
+// sync.Map this package then chose). The policy looks at the bit when the
+// entry comes up for eviction, as a CLOCK hand would: an entry read since
+// is counted once more in the sketch and kept (in the window), promoted
+// (on probation) or kept in its share (protected), in place of the reorder
+// an LRU does on every read. A count of reads between two looks instead of
+// the bit, up to 15, measured the same hit ratios and cost a hit three
+// times as much with 65,536 keys (BenchmarkGet), each count a write to a
+// line other cores read. Writes take the lock of the key's shard, which
 // also owns the eviction order, the sketch and the byte count. A shard is
 // at least 1 MiB: the policy of a shard judges only the keys it holds, and
 // 32 shards of a few hundred entries each judged worse than one.
@@ -136,9 +137,9 @@ type shard[V any] struct {
 	// replaced only under mu, by a grow or a Clear.
 	tab atomic.Pointer[table[V]]
 	// epoch counts the samples that began a suspected shift of the
-	// popular keys (Store.suspectShift); a read stamps it on its node. It lies on tab's
-	// line, which every read loads anyway and writers change only at a
-	// grow, a Clear or a shift.
+	// popular keys (Store.suspectShift); a read stamps it on its node.
+	// It lies on tab's line, which every read loads anyway and writers
+	// change only at a grow, a Clear or a shift.
 	epoch atomic.Uint32
 	_     [52]byte // keep the writers' fields below off tab's cache line
 
@@ -323,7 +324,8 @@ func (s *Store[V]) Set(key string, v V, held, expires, now int64) bool {
 		// one's place and reads: a key's popularity is not its value's.
 		n.hnext.Store(old.hnext.Load())
 		link.Store(n)
-		n.state.Store(old.state.Load())
+		// Its read bit, and the epoch now: written since a shift.
+		n.state.Store(old.state.Load()&1 | sh.epoch.Load()<<1)
 		n.freq, n.freqAt = old.freq, old.freqAt
 		q, added = int(old.queue), false
 		sh.drop(old)
