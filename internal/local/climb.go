@@ -77,17 +77,21 @@ func (s *Store[V]) AdaptWindow(hits func() uint64) {
 	s.climb = c
 }
 
+// adapting is what the climber asks of its store (a Store; a fake in
+// tests): its entries, and the marks of a shift of the popular keys.
+type adapting interface {
+	capacity() uint64
+	suspectShift() uint32
+	shifted(epoch uint32)
+}
+
 // share is the window's share of a shard's bytes now.
 func (c *climber) share() float64 { return math.Float64frombits(c.window.Load()) }
 
 // missed counts a new key set in s, repeat if it was counted before, and
 // every 64 of them sees whether a sample is complete. The caller holds no
 // shard's lock.
-func (c *climber) missed(s interface {
-	capacity() uint64
-	suspectShift() uint32
-	shifted(epoch uint32)
-}, repeat bool) {
+func (c *climber) missed(s adapting, repeat bool) {
 	if repeat {
 		c.repeats.Add(1)
 	}
@@ -186,11 +190,7 @@ const (
 // ones before had, with the misses' keys as described at shiftRepeats,
 // the store marks a shift (Store.shifted) that began at the first of them
 // (Store.suspectShift). The caller holds c.mu.
-func (c *climber) detect(s interface {
-	capacity() uint64
-	suspectShift() uint32
-	shifted(epoch uint32)
-}, h, m uint64) {
+func (c *climber) detect(s adapting, h, m uint64) {
 	r := c.repeats.Load()
 	hits, misses := h-c.dHits, m-c.dMisses
 	if hits+misses < c.dSample {

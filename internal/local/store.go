@@ -523,8 +523,8 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 	// newcomer in over keys read three times each and counted once.
 	older := sh.qLen[probation]
 	for sh.bytes > sh.maxBytes {
-		// The test of shiftAt is here, not only in staleVictim, so that
-		// a store that never saw a shift pays no call for it.
+		// Tested here, not in staleVictim, so that a store that never
+		// saw a shift pays no call for it.
 		if sh.shiftAt != 0 {
 			if v := sh.staleVictim(); v != nil {
 				sh.evictNode(v)
@@ -567,7 +567,7 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 }
 
 // staleVictim is an entry of the main part neither read nor written since
-// the last shift (Store.shifted), found at probation's head or among the
+// the last shift (Store.shifted; the caller checks there was one), found at probation's head or among the
 // protected share's first few, or nil. After a shift such an entry is
 // yesterday's, its count in the sketch earned then: it goes before any
 // candidate is judged, as an LRU would let it go, so that the new keys
@@ -576,9 +576,6 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 // protected ones it passes, read since, go to the back as an LRU's read
 // entries do.
 func (sh *shard[V]) staleVictim() *node[V] {
-	if sh.shiftAt == 0 {
-		return nil
-	}
 	if n := sh.q[probation].head; n != nil && sh.stale(n) {
 		return n
 	}
