@@ -125,6 +125,10 @@ var chaosSeedFlag = flag.Uint64("chaos.seed", 0, "TestChaos: replay this seed of
 //
 //	HOLDFAST_CHAOS=120s go test -race -count=1 -run TestChaos -v ./redis
 //
+// A read still waiting after 2 s has every goroutine's stack written to a
+// file while it waits (HOLDFAST_CHAOS_STALL sets the 2 s; the paths are
+// logged).
+//
 // The seed is printed; HOLDFAST_CHAOS_SEED=N (or -args -chaos.seed=N)
 // replays the same schedule of faults, keys and invalidations (timings, and
 // so the interleavings, still differ from run to run).
@@ -197,6 +201,10 @@ func TestChaos(t *testing.T) {
 	maxReads := int(float64(chaosRate)/chaosReaders*(3*total+5*time.Minute).Seconds()) + 1
 	var wg sync.WaitGroup
 	results := make([][]chaosRead, chaosProcs*chaosReaders)
+	watch, err := newChaosStallWatch(len(results), seed, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for pi, p := range procs {
 		for r := 0; r < chaosReaders; r++ {
 			slot := pi*chaosReaders + r
@@ -204,10 +212,16 @@ func TestChaos(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[slot] = p.readLoop(rng, stop, hardEnd, maxReads)
+				results[slot] = p.readLoop(rng, stop, hardEnd, maxReads, watch, slot)
 			}()
 		}
 	}
+	var watchErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		watchErr = watch.run(stop, hardEnd)
+	}()
 	var writes chaosWriteStats
 	wg.Add(1)
 	go func() {
@@ -280,6 +294,12 @@ func TestChaos(t *testing.T) {
 
 	for _, r := range rep.slowOutside(5) {
 		t.Logf("slow read outside database faults: %s", chk.describeRead(r))
+	}
+	if watchErr != nil {
+		t.Errorf("goroutine dump of a stalled read: %v", watchErr)
+	}
+	for _, path := range watch.dumps {
+		t.Logf("a read waited over %v: every goroutine's stack then is in %s", watch.after, path)
 	}
 
 	// Failures, each naming what broke.
@@ -360,7 +380,7 @@ func (p *chaosProc) close() {
 
 // readLoop reads at chaosRate/chaosReaders a second until stop, hardEnd or
 // maxReads.
-func (p *chaosProc) readLoop(rng *rand.Rand, stop <-chan struct{}, hardEnd time.Time, maxReads int) []chaosRead {
+func (p *chaosProc) readLoop(rng *rand.Rand, stop <-chan struct{}, hardEnd time.Time, maxReads int, watch *chaosStallWatch, slot int) []chaosRead {
 	zipf := rand.NewZipf(rng, 1.1, 1, chaosKeys-1)
 	tk := time.NewTicker(time.Second * chaosReaders / chaosRate)
 	defer tk.Stop()
@@ -374,7 +394,10 @@ func (p *chaosProc) readLoop(rng *rand.Rand, stop <-chan struct{}, hardEnd time.
 		if time.Now().After(hardEnd) {
 			return out
 		}
-		r := p.read(int(zipf.Uint64()))
+		key := int(zipf.Uint64())
+		watch.begin(slot, key)
+		r := p.read(key)
+		watch.end(slot)
 		p.probes.suspect(p.db, &r, chaosWriter)
 		out = append(out, r)
 	}

@@ -1,0 +1,104 @@
+package redis_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"sync/atomic"
+	"time"
+)
+
+// chaosStallDumps is how many goroutine dumps one run writes at most.
+const chaosStallDumps = 3
+
+// chaosStallWatch watches the reads in progress and, when one has taken
+// longer than after, writes every goroutine's stack to a file while it still
+// waits: a read that stalls for seconds on a healthy cluster is rare and
+// timing-dependent, and what it waits on is gone once it returns. The dumps
+// go to os.TempDir (they outlive the test's own directory) and their paths
+// are logged. HOLDFAST_CHAOS_STALL sets after (default 2s; 0 turns it off).
+type chaosStallWatch struct {
+	after time.Duration
+	// begun is each reader slot's read in progress: its start in Unix
+	// nanoseconds and its key, or 0 while the slot is between reads.
+	begun []atomic.Int64
+	keys  []atomic.Int32
+	seed  uint64
+	epoch time.Time
+	dumps []string // written by run, read after it returns
+}
+
+func newChaosStallWatch(slots int, seed uint64, epoch time.Time) (*chaosStallWatch, error) {
+	after := 2 * time.Second
+	if s := os.Getenv("HOLDFAST_CHAOS_STALL"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("HOLDFAST_CHAOS_STALL: %w", err)
+		}
+		after = d
+	}
+	return &chaosStallWatch{after: after, begun: make([]atomic.Int64, slots), keys: make([]atomic.Int32, slots), seed: seed, epoch: epoch}, nil
+}
+
+// begin and end bracket slot's read of key.
+func (w *chaosStallWatch) begin(slot, key int) {
+	w.keys[slot].Store(int32(key))
+	w.begun[slot].Store(time.Now().UnixNano())
+}
+
+func (w *chaosStallWatch) end(slot int) { w.begun[slot].Store(0) }
+
+// run checks the slots every 50 ms until stop or hardEnd, and dumps the
+// goroutines once for each read found past after, up to chaosStallDumps.
+func (w *chaosStallWatch) run(stop <-chan struct{}, hardEnd time.Time) error {
+	if w.after <= 0 {
+		return nil
+	}
+	tk := time.NewTicker(50 * time.Millisecond)
+	defer tk.Stop()
+	dumped := make([]int64, len(w.begun)) // the start of the read last dumped, per slot
+	for len(w.dumps) < chaosStallDumps && time.Now().Before(hardEnd) {
+		select {
+		case <-stop:
+			return nil
+		case <-tk.C:
+		}
+		now := time.Now().UnixNano()
+		for slot := range w.begun {
+			b := w.begun[slot].Load()
+			if b == 0 || b == dumped[slot] || time.Duration(now-b) < w.after {
+				continue
+			}
+			dumped[slot] = b
+			path := filepath.Join(os.TempDir(), fmt.Sprintf("holdfast-chaos-stall-%d-%d.txt", w.seed, len(w.dumps)+1))
+			if err := w.dump(path, slot, b, now); err != nil {
+				return err
+			}
+			w.dumps = append(w.dumps, path)
+			break // one dump a tick: the others likely wait on the same thing
+		}
+	}
+	return nil
+}
+
+func (w *chaosStallWatch) dump(path string, slot int, begun, now int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	rel := func(t int64) string { return fmt.Sprintf("%.3f s", time.Duration(t-w.epoch.UnixNano()).Seconds()) }
+	fmt.Fprintf(f, "reader slot %d (process %d), key %s: read began at %s, still waiting at %s (%v)\n",
+		slot, slot/chaosReaders, chaosKeyName(int(w.keys[slot].Load())), rel(begun), rel(now), time.Duration(now-begun).Round(time.Millisecond))
+	for s := range w.begun {
+		if b := w.begun[s].Load(); b != 0 && s != slot && time.Duration(now-b) >= w.after/2 {
+			fmt.Fprintf(f, "  also waiting: slot %d (process %d), key %s, since %s\n", s, s/chaosReaders, chaosKeyName(int(w.keys[s].Load())), rel(b))
+		}
+	}
+	fmt.Fprintln(f)
+	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
