@@ -18,8 +18,12 @@ const chaosStallDumps = 3
 // timing-dependent, and what it waits on is gone once it returns. The dumps
 // go to os.TempDir (they outlive the test's own directory) and their paths
 // are logged. HOLDFAST_CHAOS_STALL sets after (default 2s; 0 turns it off).
+// Reads that began while the database was slow or failing, or in the
+// chaosSettle after, are not dumped: they may wait for a load, and the few
+// dumps a run writes are kept for a stall the checker would not excuse.
 type chaosStallWatch struct {
 	after time.Duration
+	db    *chaosDB
 	// begun is each reader slot's read in progress: its start in Unix
 	// nanoseconds and its key, or 0 while the slot is between reads.
 	begun []atomic.Int64
@@ -29,7 +33,7 @@ type chaosStallWatch struct {
 	dumps []string // written by run, read after it returns
 }
 
-func newChaosStallWatch(slots int, seed uint64, epoch time.Time) (*chaosStallWatch, error) {
+func newChaosStallWatch(db *chaosDB, slots int, seed uint64, epoch time.Time) (*chaosStallWatch, error) {
 	after := 2 * time.Second
 	if s := os.Getenv("HOLDFAST_CHAOS_STALL"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -38,7 +42,7 @@ func newChaosStallWatch(slots int, seed uint64, epoch time.Time) (*chaosStallWat
 		}
 		after = d
 	}
-	return &chaosStallWatch{after: after, begun: make([]atomic.Int64, slots), keys: make([]atomic.Int32, slots), seed: seed, epoch: epoch}, nil
+	return &chaosStallWatch{after: after, db: db, begun: make([]atomic.Int64, slots), keys: make([]atomic.Int32, slots), seed: seed, epoch: epoch}, nil
 }
 
 // begin and end bracket slot's read of key.
@@ -58,6 +62,7 @@ func (w *chaosStallWatch) run(stop <-chan struct{}, hardEnd time.Time) error {
 	tk := time.NewTicker(50 * time.Millisecond)
 	defer tk.Stop()
 	dumped := make([]int64, len(w.begun)) // the start of the read last dumped, per slot
+	var dbFault int64                     // when the database was last seen in a fault
 	for len(w.dumps) < chaosStallDumps && time.Now().Before(hardEnd) {
 		select {
 		case <-stop:
@@ -65,9 +70,13 @@ func (w *chaosStallWatch) run(stop <-chan struct{}, hardEnd time.Time) error {
 		case <-tk.C:
 		}
 		now := time.Now().UnixNano()
+		if w.db.mode.Load() != chaosDBNormal {
+			dbFault = now
+			continue
+		}
 		for slot := range w.begun {
 			b := w.begun[slot].Load()
-			if b == 0 || b == dumped[slot] || time.Duration(now-b) < w.after {
+			if b == 0 || b == dumped[slot] || time.Duration(now-b) < w.after || b <= dbFault+int64(chaosSettle) {
 				continue
 			}
 			dumped[slot] = b

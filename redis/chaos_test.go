@@ -125,9 +125,9 @@ var chaosSeedFlag = flag.Uint64("chaos.seed", 0, "TestChaos: replay this seed of
 //
 //	HOLDFAST_CHAOS=120s go test -race -count=1 -run TestChaos -v ./redis
 //
-// A read still waiting after 2 s has every goroutine's stack written to a
-// file while it waits (HOLDFAST_CHAOS_STALL sets the 2 s; the paths are
-// logged).
+// A read still waiting after 2 s outside the database faults has every
+// goroutine's stack written to a file while it waits (HOLDFAST_CHAOS_STALL
+// sets the 2 s; the paths are logged).
 //
 // The seed is printed; HOLDFAST_CHAOS_SEED=N (or -args -chaos.seed=N)
 // replays the same schedule of faults, keys and invalidations (timings, and
@@ -201,7 +201,7 @@ func TestChaos(t *testing.T) {
 	maxReads := int(float64(chaosRate)/chaosReaders*(3*total+5*time.Minute).Seconds()) + 1
 	var wg sync.WaitGroup
 	results := make([][]chaosRead, chaosProcs*chaosReaders)
-	watch, err := newChaosStallWatch(len(results), seed, epoch)
+	watch, err := newChaosStallWatch(db, len(results), seed, epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
