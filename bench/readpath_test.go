@@ -163,9 +163,9 @@ func newOtterHit() (hitReader, func()) { return newOtterReader(10 * hitKeys) }
 // its sketch is on, and a hit records itself in otter's read buffer.
 func newOtterFullHit() (hitReader, func()) { return newOtterReader(2 * hitKeys) }
 
-func newOtterReader(maximum uint64) (hitReader, func()) {
+func newOtterReader(maximum int) (hitReader, func()) {
 	ks, v := keys(hitKeys), value()
-	c := otter.Must(&otter.Options[string, []byte]{MaximumSize: int(maximum)})
+	c := otter.Must(&otter.Options[string, []byte]{MaximumSize: maximum})
 	for _, k := range ks {
 		c.Set(k, v)
 	}

@@ -29,11 +29,11 @@ type chaosStallWatch struct {
 	begun []atomic.Int64
 	keys  []atomic.Int32
 	seed  uint64
-	epoch time.Time
-	dumps []string // written by run, read after it returns
+	rel   func(int64) string // a time as the test's log gives it
+	dumps []string           // written by run, read after it returns
 }
 
-func newChaosStallWatch(db *chaosDB, slots int, seed uint64, epoch time.Time) (*chaosStallWatch, error) {
+func newChaosStallWatch(db *chaosDB, sched *chaosScheduler, slots int, seed uint64) (*chaosStallWatch, error) {
 	after := 2 * time.Second
 	if s := os.Getenv("HOLDFAST_CHAOS_STALL"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -42,7 +42,7 @@ func newChaosStallWatch(db *chaosDB, slots int, seed uint64, epoch time.Time) (*
 		}
 		after = d
 	}
-	return &chaosStallWatch{after: after, db: db, begun: make([]atomic.Int64, slots), keys: make([]atomic.Int32, slots), seed: seed, epoch: epoch}, nil
+	return &chaosStallWatch{after: after, db: db, begun: make([]atomic.Int64, slots), keys: make([]atomic.Int32, slots), seed: seed, rel: sched.rel}, nil
 }
 
 // begin and end bracket slot's read of key.
@@ -54,14 +54,16 @@ func (w *chaosStallWatch) begin(slot, key int) {
 func (w *chaosStallWatch) end(slot int) { w.begun[slot].Store(0) }
 
 // run checks the slots every 50 ms until stop or hardEnd, and dumps the
-// goroutines once for each read found past after, up to chaosStallDumps.
+// goroutines for a read found past after, up to chaosStallDumps. A dump
+// lists the other reads waiting then; none of them is dumped again, so that
+// one stall of many readers takes one dump.
 func (w *chaosStallWatch) run(stop <-chan struct{}, hardEnd time.Time) error {
 	if w.after <= 0 {
 		return nil
 	}
 	tk := time.NewTicker(50 * time.Millisecond)
 	defer tk.Stop()
-	dumped := make([]int64, len(w.begun)) // the start of the read last dumped, per slot
+	dumped := make([]int64, len(w.begun)) // the start of the read last dumped or listed, per slot
 	var dbFault int64                     // when the database was last seen in a fault
 	for len(w.dumps) < chaosStallDumps && time.Now().Before(hardEnd) {
 		select {
@@ -79,13 +81,15 @@ func (w *chaosStallWatch) run(stop <-chan struct{}, hardEnd time.Time) error {
 			if b == 0 || b == dumped[slot] || time.Duration(now-b) < w.after || b <= dbFault+int64(chaosSettle) {
 				continue
 			}
-			dumped[slot] = b
 			path := filepath.Join(os.TempDir(), fmt.Sprintf("holdfast-chaos-stall-%d-%d.txt", w.seed, len(w.dumps)+1))
 			if err := w.dump(path, slot, b, now); err != nil {
 				return err
 			}
 			w.dumps = append(w.dumps, path)
-			break // one dump a tick: the others likely wait on the same thing
+			for s := range w.begun {
+				dumped[s] = w.begun[s].Load()
+			}
+			break
 		}
 	}
 	return nil
@@ -96,12 +100,11 @@ func (w *chaosStallWatch) dump(path string, slot int, begun, now int64) error {
 	if err != nil {
 		return err
 	}
-	rel := func(t int64) string { return fmt.Sprintf("%.3f s", time.Duration(t-w.epoch.UnixNano()).Seconds()) }
 	fmt.Fprintf(f, "reader slot %d (process %d), key %s: read began at %s, still waiting at %s (%v)\n",
-		slot, slot/chaosReaders, chaosKeyName(int(w.keys[slot].Load())), rel(begun), rel(now), time.Duration(now-begun).Round(time.Millisecond))
+		slot, slot/chaosReaders, chaosKeyName(int(w.keys[slot].Load())), w.rel(begun), w.rel(now), time.Duration(now-begun).Round(time.Millisecond))
 	for s := range w.begun {
-		if b := w.begun[s].Load(); b != 0 && s != slot && time.Duration(now-b) >= w.after/2 {
-			fmt.Fprintf(f, "  also waiting: slot %d (process %d), key %s, since %s\n", s, s/chaosReaders, chaosKeyName(int(w.keys[s].Load())), rel(b))
+		if b := w.begun[s].Load(); b != 0 && s != slot {
+			fmt.Fprintf(f, "  also waiting: slot %d (process %d), key %s, since %s\n", s, s/chaosReaders, chaosKeyName(int(w.keys[s].Load())), w.rel(b))
 		}
 	}
 	fmt.Fprintln(f)

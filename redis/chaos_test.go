@@ -201,7 +201,7 @@ func TestChaos(t *testing.T) {
 	maxReads := int(float64(chaosRate)/chaosReaders*(3*total+5*time.Minute).Seconds()) + 1
 	var wg sync.WaitGroup
 	results := make([][]chaosRead, chaosProcs*chaosReaders)
-	watch, err := newChaosStallWatch(db, len(results), seed, epoch)
+	watch, err := newChaosStallWatch(db, sched, len(results), seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -567,14 +567,14 @@ func (sh *shard[V]) admitOrEvict(c *node[V], now int64) bool {
 }
 
 // staleVictim is an entry of the main part neither read nor written since
-// the last shift (Store.shifted; the caller checks there was one), found at probation's head or among the
-// protected share's first few, or nil. After a shift such an entry is
-// yesterday's, its count in the sketch earned then: it goes before any
-// candidate is judged, as an LRU would let it go, so that the new keys
-// are held from their first read as an LRU holds them, not turned away
-// until they have been read more often than the old ones were. The
-// protected ones it passes, read since, go to the back as an LRU's read
-// entries do.
+// the last shift (Store.shifted; the caller checks there was one), found
+// at probation's head or among the protected share's first few, or nil.
+// After a shift such an entry is yesterday's, its count in the sketch
+// earned then: it goes before any candidate is judged, as an LRU would let
+// it go, so that the new keys are held from their first read as an LRU
+// holds them, not turned away until they have been read more often than
+// the old ones were. The protected ones it passes, read since, go to the
+// back as an LRU's read entries do.
 func (sh *shard[V]) staleVictim() *node[V] {
 	if n := sh.q[probation].head; n != nil && sh.stale(n) {
 		return n
