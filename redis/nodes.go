@@ -97,6 +97,7 @@ type node struct {
 	mu          sync.Mutex
 	ej          ejector
 	conns       map[*watchedConn]struct{}
+	closed      bool // close has run: a connection dialled now is refused
 	probing     bool
 	polling     bool
 	repl        replState
@@ -285,11 +286,27 @@ func (s *nodeSet) liveAddrs() []string {
 	return out
 }
 
-// close closes n's clients, which makes calls still inside them return.
+// close closes n's clients, which makes calls still inside them return,
+// then every connection of n's still open. rueidis does not close a
+// connection that a call is dialling while its Close runs (the dial stores
+// it over the closed one), so a dial that ends before close is closed here
+// and one that ends after it is refused (connOpened).
 func (n *node) close() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
 	n.client.Close()
 	if n.asPrimary != n.client {
 		n.asPrimary.Close()
+	}
+	n.mu.Lock()
+	open := make([]*watchedConn, 0, len(n.conns))
+	for c := range n.conns {
+		open = append(open, c)
+	}
+	n.mu.Unlock()
+	for _, c := range open {
+		_ = c.Close()
 	}
 }
 

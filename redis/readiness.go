@@ -441,12 +441,18 @@ func (s *nodeSet) expire(n *node) {
 
 // connOpened and connLost are called by a node's watched connections. A new
 // or lost connection may mean the server restarted: a replica takes no reads
-// until a poll on the new connection says it is ready.
-func (n *node) connOpened(c *watchedConn) {
+// until a poll on the new connection says it is ready. connOpened
+// reports false once n is closed: the connection must not be used.
+func (n *node) connOpened(c *watchedConn) bool {
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return false
+	}
 	n.conns[c] = struct{}{}
 	n.mu.Unlock()
 	n.unready("connection reopened")
+	return true
 }
 
 func (n *node) connLost(c *watchedConn) {

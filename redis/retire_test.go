@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +93,64 @@ func wantClosed(t *testing.T, ctx context.Context, cs ...rueidis.Client) {
 	for _, c := range cs {
 		if err := c.Do(ctx, c.B().Ping().Build()).Error(); !errors.Is(err, rueidis.ErrClosing) {
 			t.Errorf("after Close, a client answers %v, want %v", err, rueidis.ErrClosing)
+		}
+	}
+}
+
+// TestNodeCloseLeavesNoConnection: a node's close closes a connection
+// dialled before it that no client holds (as one a call was dialling when
+// rueidis's Close ran, which rueidis stores over its closed one), and a
+// dial that ends after it is refused, so no connection outlives the node.
+func TestNodeCloseLeavesNoConnection(t *testing.T) {
+	srv := redistest.Standalone(t)
+	ctx := ctxT(t, 30*time.Second)
+	o, _, err := Options{Addrs: []string{srv.Addr()}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &nodeSet{t: &Tier{opts: o}, o: o.Cluster, kick: make(chan struct{}, 1), start: time.Now(), sentinel: true}
+	n := s.newNode(srv.Addr())
+	if n == nil {
+		t.Fatal("no node for", srv.Addr())
+	}
+	if err := n.client.Do(ctx, n.client.B().Ping().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	d := &net.Dialer{Timeout: time.Second}
+	racing, err := dialNode(ctx, n, srv.Addr(), d, nil, "", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n.close()
+	racing.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := racing.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("a connection dialled before the close reads %v after it, want %v", err, net.ErrClosed)
+	}
+	if c, err := dialNode(ctx, n, srv.Addr(), d, nil, "", "", false); !errors.Is(err, errNodeClosed) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("a dial after the close returned %v, want %v", err, errNodeClosed)
+	}
+	wantClosed(t, ctx, n.client)
+
+	wantOnlyAdmin(t, ctx, rawClient(t, srv.Addr()), "after the node's close")
+}
+
+// wantOnlyAdmin fails t unless, within 5 s, admin's server has no normal
+// connection but admin's own.
+func wantOnlyAdmin(t *testing.T, ctx context.Context, admin rueidis.Client, when string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		list, err := admin.Do(ctx, admin.B().ClientList().TypeNormal().Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := strings.Count(list, "\n"); k <= 1 {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the server still has %d connections %s:\n%s", k, when, list)
 		}
 	}
 }

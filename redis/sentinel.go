@@ -88,6 +88,27 @@ const switchMasterChannel = "+switch-master"
 type primaryConn struct {
 	addr   string
 	client rueidis.Client
+	calls  atomic.Int64 // calls inside client now
+}
+
+// use returns pc's client for one call; done must follow the call.
+func (pc *primaryConn) use() rueidis.Client {
+	pc.calls.Add(1)
+	return pc.client
+}
+
+func (pc *primaryConn) done() { pc.calls.Add(-1) }
+
+// close closes pc's client, and again once no call is inside it: rueidis
+// does not close a connection that a call is dialling while Close runs
+// (the dial stores it over the closed one), and such a connection would
+// outlive the tier. The calls are bounded by their contexts.
+func (pc *primaryConn) close() {
+	pc.client.Close()
+	for pc.calls.Load() > 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	pc.client.Close()
 }
 
 // sentinelClient is a rueidis.Client that sends every command to the
@@ -376,7 +397,7 @@ func (s *sentinelClient) check() {
 // counted.
 func (s *sentinelClient) move(pc *primaryConn, epoch int64) {
 	if s.ctx.Err() != nil {
-		pc.client.Close()
+		pc.close()
 		return
 	}
 	s.epoch.Store(epoch)
@@ -390,7 +411,7 @@ func (s *sentinelClient) move(pc *primaryConn, epoch int64) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		old.client.Close()
+		old.close()
 	}()
 }
 
@@ -408,7 +429,9 @@ func (s *sentinelClient) readOnly(err error) {
 func (s *sentinelClient) B() rueidis.Builder { return s.cmds }
 
 func (s *sentinelClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	r := s.cur.Load().client.Do(ctx, cmd)
+	pc := s.cur.Load()
+	r := pc.use().Do(ctx, cmd)
+	pc.done()
 	if err := r.Error(); err != nil {
 		s.readOnly(err)
 	}
@@ -416,7 +439,9 @@ func (s *sentinelClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.
 }
 
 func (s *sentinelClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	rs := s.cur.Load().client.DoMulti(ctx, multi...)
+	pc := s.cur.Load()
+	rs := pc.use().DoMulti(ctx, multi...)
+	pc.done()
 	for _, r := range rs {
 		if err := r.Error(); err != nil {
 			s.readOnly(err)
@@ -427,12 +452,19 @@ func (s *sentinelClient) DoMulti(ctx context.Context, multi ...rueidis.Completed
 }
 
 func (s *sentinelClient) DoCache(ctx context.Context, cmd rueidis.Cacheable, ttl time.Duration) rueidis.RedisResult {
-	return s.cur.Load().client.DoCache(ctx, cmd, ttl)
+	pc := s.cur.Load()
+	defer pc.done()
+	return pc.use().DoCache(ctx, cmd, ttl)
 }
 
 func (s *sentinelClient) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
-	return s.cur.Load().client.DoMultiCache(ctx, multi...)
+	pc := s.cur.Load()
+	defer pc.done()
+	return pc.use().DoMultiCache(ctx, multi...)
 }
+
+// The tier makes none of the calls below; they pass to the primary's
+// client uncounted, so a move may close it under them.
 
 func (s *sentinelClient) DoStream(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResultStream {
 	return s.cur.Load().client.DoStream(ctx, cmd)
@@ -467,7 +499,7 @@ func (s *sentinelClient) Close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.wg.Wait()
-		s.cur.Load().client.Close()
+		s.cur.Load().close()
 	})
 }
 

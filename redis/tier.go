@@ -258,5 +258,8 @@ func (t *Tier) Close() error {
 	}
 	t.client.Close()
 	t.wg.Wait()
+	// Again, now that the guarded calls have returned: rueidis does not
+	// close a connection that a call was dialling while Close ran.
+	t.client.Close()
 	return nil
 }

@@ -134,7 +134,10 @@ func dialNode(ctx context.Context, n *node, addr string, d *net.Dialer, cfg *tls
 		}
 	}
 	wc := &watchedConn{Conn: c, node: n}
-	n.connOpened(wc)
+	if !n.connOpened(wc) {
+		_ = c.Close()
+		return nil, errNodeClosed
+	}
 	return wc, nil
 }
 
@@ -189,6 +192,9 @@ func appendCommand(b []byte, args ...string) []byte {
 }
 
 var errBadReply = errors.New("malformed reply")
+
+// errNodeClosed is a dial that ended after its node was closed.
+var errNodeClosed = errors.New("redis tier: node closed")
 
 // readLine reads one "\r\n"-terminated simple reply.
 func readLine(c net.Conn) (string, error) {
