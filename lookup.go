@@ -17,7 +17,7 @@ import (
 // key's copy on its own, concurrently.
 func (n *Namespace) lookup(ctx context.Context, js []*job) {
 	if len(js) == 1 {
-		n.lookupOne(ctx, js[0])
+		n.lookupOne(ctx, js[0], n.exactNow())
 		return
 	}
 	now := n.exactNow()
@@ -66,9 +66,9 @@ func (n *Namespace) lookup(ctx context.Context, js []*job) {
 }
 
 // lookupOne is lookup for one job, the common case (every Get), without
-// the batch's slices.
-func (n *Namespace) lookupOne(ctx context.Context, j *job) {
-	now := n.exactNow()
+// the batch's slices, starting at now (the clock's reading: a read costs
+// two of them).
+func (n *Namespace) lookupOne(ctx context.Context, j *job, now int64) {
 	if out, ok := n.recheckHot(j.key, now, j.refreshOf); ok {
 		j.out, j.done = out, true
 		return
@@ -184,7 +184,10 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 			f.publish(res, nil)
 		}
 		if !m.negative {
-			fallback = m
+			// A copy: m is the caller's, on its stack for the common
+			// case, a hit that needs no fallback.
+			fb := *m
+			fallback = &fb
 		}
 	case tierDown, tierNone:
 		if refreshOf != 0 || n.lkg == nil {

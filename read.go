@@ -130,7 +130,8 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 	// uncancellable context also lets the Redis tier share one deadline
 	// among the reads of a millisecond).
 	detached := context.WithoutCancel(ctx)
-	if now := n.exactNow(); n.slowReadOn() && n.c.shared.suspect(now, n.slowReadDelay()) && n.fromMemory(key, now) != nil {
+	now := n.exactNow()
+	if n.slowReadOn() && n.c.shared.suspect(now, n.slowReadDelay()) && n.fromMemory(key, now) != nil {
 		// The tier may be slow and a value the reader may be served is
 		// in hand: the read goes to a goroutine of the Cache's, so that
 		// a slow tier costs this reader the slow-read delay, not the
@@ -141,7 +142,7 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 		}
 		return n.wait(ctx, key, f, false)
 	}
-	n.lookupOne(detached, &jv)
+	n.lookupOne(detached, &jv, now)
 	if jv.done {
 		n.finish(&jv)
 		return jv.out.res, jv.out.err
