@@ -144,7 +144,9 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 	}
 	n.lookupOne(detached, &jv, now)
 	if jv.done {
-		n.finish(&jv)
+		if jv.f.published || !n.flights.leave(key, jv.f) {
+			n.finish(&jv)
+		}
 		return jv.out.res, jv.out.err
 	}
 	n.toLoad(&jv)
