@@ -169,11 +169,12 @@ func (t *Tier) settleConfirmed(o breaker.Outcome) {
 // settle reports o to the breaker; a success SuspectFor after the last
 // failure ends the suspicion.
 func (t *Tier) settle(gen uint64, o breaker.Outcome) {
-	t.br.Done(gen, o)
+	at := t.opts.Clock.Now() // the breaker's clock too: one reading for both
+	t.br.DoneAt(gen, o, at)
 	if o != breaker.Success {
 		return
 	}
-	now := t.opts.Clock.Now().UnixNano()
+	now := at.UnixNano()
 	if t.lastAnswer.Load() < now {
 		t.lastAnswer.Store(now) // a lost update between racing calls is harmless
 	}

@@ -304,6 +304,17 @@ func (c *core) record(now time.Time, failed bool) (calls, failures int) {
 	return calls, failures
 }
 
+// addSuccesses adds n successes that ended in the window's slice starting
+// at start (see Breaker.DoneAt), unless that slice has left the window.
+// The slice's bucket exists: the success that started counting for it was
+// recorded under the lock.
+func (c *core) addSuccesses(start int64, n int) {
+	width := int64(c.s.Window / buckets)
+	if b := &c.window[(start/width)%buckets]; b.start == start {
+		b.calls += n
+	}
+}
+
 func (c *core) setState(s State, now time.Time) {
 	c.state = s
 	c.generation++
@@ -325,6 +336,17 @@ type Breaker struct {
 	// closed fast path of Allow (every call while Redis is healthy) need no
 	// lock.
 	snap atomic.Uint64
+
+	// While closed with no failure in a row, a success only adds a call
+	// to the window's current slice: clean says so, and such successes
+	// are counted in okCalls for the slice starting at okStart, without
+	// the lock, and added to the window (fold) before anything under the
+	// lock reads it. With the clock read once for the tier and the
+	// breaker, this was worth about 2% of a healthy tier's shared-hit
+	// throughput (BenchmarkGetSharedHitRatio, 64 readers on 2 cores).
+	clean   atomic.Bool
+	okStart atomic.Int64
+	okCalls atomic.Int64
 
 	mu   sync.Mutex
 	core *core
@@ -375,17 +397,46 @@ func (b *Breaker) AllowCall() (gen uint64, probe, ok bool) {
 	return gen, probe, ok
 }
 
-// publish copies core's generation and state to snap; b.mu is held.
+// publish copies core's generation and state to snap, and whether a
+// success may be counted without the lock to clean; b.mu is held.
 func (b *Breaker) publish() {
 	b.snap.Store(b.core.generation<<2 | uint64(b.core.state))
+	b.clean.Store(b.core.state == Closed && b.core.consecutive == 0 && b.core.silent == 0)
+}
+
+// fold adds the successes counted without the lock to the window, and
+// starts counting them for the slice starting at start (0: none, so the
+// next success takes the lock); b.mu is held. A success counted while a
+// state change was under way may land in the new generation's window: a
+// call or two in a window of thousands.
+func (b *Breaker) fold(start int64) {
+	if n := b.okCalls.Swap(0); n > 0 {
+		if at := b.okStart.Load(); at != 0 {
+			b.core.addSuccesses(at, int(n))
+		}
+	}
+	b.okStart.Store(start)
 }
 
 // Done reports the outcome of a call allowed in generation gen.
-func (b *Breaker) Done(gen uint64, o Outcome) {
-	now := b.now()
+func (b *Breaker) Done(gen uint64, o Outcome) { b.DoneAt(gen, o, b.now()) }
+
+// DoneAt is Done for a call that ended at now, read from the breaker's
+// clock.
+func (b *Breaker) DoneAt(gen uint64, o Outcome, now time.Time) {
+	width := int64(b.core.s.Window / buckets)
+	start := now.UnixNano() - now.UnixNano()%width
+	if o == Success && b.clean.Load() && b.snap.Load() == gen<<2|uint64(Closed) && b.okStart.Load() == start {
+		b.okCalls.Add(1)
+		return
+	}
 	b.mu.Lock()
+	b.fold(0)
 	b.core.done(gen, o, now)
 	b.publish()
+	if b.clean.Load() {
+		b.okStart.Store(start)
+	}
 	b.mu.Unlock()
 }
 
@@ -427,6 +478,7 @@ func (b *Breaker) Counts() Counts {
 func (b *Breaker) Reset() {
 	now := b.now()
 	b.mu.Lock()
+	b.fold(0)
 	b.core.openFor = b.core.s.OpenTimeout
 	if b.core.state != Closed {
 		b.core.setState(Closed, now)

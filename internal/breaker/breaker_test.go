@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -362,4 +363,67 @@ func TestResetForgetsTheOldServer(t *testing.T) {
 	if n := b.Counts().Opens; n != 2 {
 		t.Fatalf("opens = %d, want 2", n)
 	}
+}
+
+// Successes while closed with no failure in a row are counted without the
+// lock; they count in the failure rate all the same, in the window slice
+// they ended in, and leave it with that slice.
+func TestLockFreeSuccessesCountInTheRate(t *testing.T) {
+	c := newFake()
+	b := mustNew(t, Settings{ConsecutiveFailures: 1000}, c)
+	// 30 successes over three slices of the window.
+	for i := range 30 {
+		call(b, Success)
+		if i%10 == 9 {
+			c.add(time.Second)
+		}
+	}
+	// 29 failures: 29 of 59 calls, under half.
+	for range 29 {
+		call(b, Failure)
+	}
+	wantState(t, b, Closed)
+	call(b, Failure) // 30 of 60
+	wantState(t, b, Open)
+
+	// The successes leave the window with their slices: 20 successes,
+	// then the window slides past them; 20 failures then open it.
+	b = mustNew(t, Settings{ConsecutiveFailures: 1000}, c)
+	for range 20 {
+		call(b, Success)
+	}
+	c.add(DefaultWindow + time.Second)
+	for range 19 {
+		call(b, Failure)
+	}
+	wantState(t, b, Closed) // 19 calls, under MinRequests
+	call(b, Failure)
+	wantState(t, b, Open) // 20 of 20: the old successes are gone
+}
+
+// Successes reported concurrently are all counted.
+func TestConcurrentSuccessesAllCount(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0)
+	b, err := New(Settings{ConsecutiveFailures: 100_000}, func() time.Time { return at })
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, each = 8, 1000
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				call(b, Success)
+			}
+		}()
+	}
+	wg.Wait()
+	for range goroutines*each - 1 {
+		call(b, Failure)
+	}
+	wantState(t, b, Closed)
+	call(b, Failure)
+	wantState(t, b, Open)
 }
