@@ -9,8 +9,8 @@
 #   COUNT=1 ./scripts/figures.sh    # quicker, noisier
 #
 # What it checks (the README's "Measured results"):
-#   - hot-tier hit: holdfast/otter time ratio ≤ 2.0 (GetHitRatio)
-#   - shared-tier hit: holdfast/rueidis throughput ratio ≥ 0.8 (GetSharedHitRatio)
+#   - hot-tier hit: holdfast/otter time ratio ≤ 1.5 (GetHitRatio)
+#   - shared-tier hit: holdfast/rueidis throughput ratio ≥ 0.85 (GetSharedHitRatio)
 #   - stampede: exactly 1 load per cold key (Stampede)
 #   - catalogd: ratio to a trivial handler ≥ 0.60, saturated and open model
 #     (CatalogdProductGet, CatalogdProductGetOpen)
@@ -63,8 +63,8 @@ echo "== benchmarks (bench module, count $count)"
 	go test -run '^$' -count 1 -benchtime 3x -bench '^BenchmarkStampede$' .) | tee "$out" ||
 	failed=1
 
-check "hot-tier hit, holdfast/otter" "$(metric BenchmarkGetHitRatio holdfast/otter)" "<=" 2.0
-check "shared-tier hit, holdfast/rueidis" "$(metric BenchmarkGetSharedHitRatio holdfast/rueidis)" ">=" 0.8
+check "hot-tier hit, holdfast/otter" "$(metric BenchmarkGetHitRatio holdfast/otter)" "<=" 1.5
+check "shared-tier hit, holdfast/rueidis" "$(metric BenchmarkGetSharedHitRatio holdfast/rueidis)" ">=" 0.85
 check "stampede, loads per cold key" "$(metric BenchmarkStampede/holdfast loads/op)" "==" 1
 check "catalogd saturated, ratio to a trivial handler" "$(metric 'BenchmarkCatalogdProductGet-' ratio)" ">=" 0.60
 check "catalogd open model, ratio to a trivial handler" "$(metric BenchmarkCatalogdProductGetOpen ratio)" ">=" 0.60
