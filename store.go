@@ -116,11 +116,27 @@ func (n *Namespace) putHot(key string, m *meta, held, found, now int64) {
 // invalidation announced (a load that read the source after the write):
 // dropping it turned a database failure into errors for a key this process
 // had just loaded. A newer copy there is kept.
+//
+// An announcement stamped before the load began, heard while it ran,
+// leaves the value graded current, though the load may have read the
+// source before the write (the two processes' clocks differ): the key's
+// watermark is raised to the value's origin, so that it is a fallback like
+// the others, rather than dropped. Dropping it left a key with no stale
+// value to serve once the copy before it ran out of its window (the
+// randomized fault test's "error where a stale value was due").
 func (n *Namespace) keepAsFallback(key string, m *meta) {
-	if now := n.exactNow(); n.lkg != nil && !m.negative && n.grade(key, m, now) == gradeFallback {
-		if old := n.lkg.Get(key, now); old == nil || old.origin < m.origin {
-			n.lkg.Set(key, *m, local.SizeClass(cap(m.raw)), n.staleUntil(m), now)
-		}
+	now := n.exactNow()
+	if n.lkg == nil || m.negative {
+		return
+	}
+	switch n.grade(key, m, now) {
+	case gradeNone:
+		return
+	case gradeCurrent:
+		n.raiseMark(key, watermark{other: m.origin})
+	}
+	if old := n.lkg.Get(key, now); old == nil || old.origin < m.origin {
+		n.lkg.Set(key, *m, local.SizeClass(cap(m.raw)), n.staleUntil(m), now)
 	}
 }
 
