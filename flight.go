@@ -223,11 +223,11 @@ func (g *flightGroup) done(key string, f *flight) {
 	sh.mu.Unlock()
 }
 
-// leave is done for a leader whose flight ended without a published
-// outcome. When no one but the leader ever saw f, no one can now (the
-// group was the only way to it), so nobody waits on its outcome: leave
-// then returns f to the pool and reports true, and the leader must not
-// touch f again. Otherwise it reports false and the leader finishes f.
+// leave is done for a leader whose flight has its answer. When no one but
+// the leader ever saw f, no one can now (the group was the only way to
+// it), so nobody waits on its outcome or saw one it published: leave then
+// returns f to the pool and reports true, and the leader must not touch f
+// again. Otherwise it reports false and the leader finishes f.
 func (g *flightGroup) leave(key string, f *flight) bool {
 	sh := g.shard(key)
 	sh.mu.Lock()

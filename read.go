@@ -144,8 +144,8 @@ func (n *Namespace) fetch(ctx context.Context, key string, loader Loader) (res R
 	}
 	n.lookupOne(detached, &jv, now)
 	if jv.done {
-		if jv.f.published || !n.flights.leave(key, jv.f) {
-			n.finish(&jv)
+		if !n.flights.leave(key, jv.f) {
+			jv.f.finish(jv.out.res, jv.out.err)
 		}
 		return jv.out.res, jv.out.err
 	}

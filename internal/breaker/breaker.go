@@ -285,8 +285,8 @@ func (c *core) recovered(now time.Time) {
 // totals.
 func (c *core) record(now time.Time, failed bool) (calls, failures int) {
 	width := int64(c.s.Window / buckets)
-	start := now.UnixNano() - now.UnixNano()%width
-	b := &c.window[(start/width)%buckets]
+	start := c.sliceStart(now)
+	b := c.bucketOf(start)
 	if b.start != start {
 		*b = bucket{start: start}
 	}
@@ -309,10 +309,21 @@ func (c *core) record(now time.Time, failed bool) (calls, failures int) {
 // The slice's bucket exists: the success that started counting for it was
 // recorded under the lock.
 func (c *core) addSuccesses(start int64, n int) {
-	width := int64(c.s.Window / buckets)
-	if b := &c.window[(start/width)%buckets]; b.start == start {
+	if b := c.bucketOf(start); b.start == start {
 		b.calls += n
 	}
+}
+
+// sliceStart is the start of the window's slice that now falls in, in
+// Unix nanoseconds. It reads only the settings, which never change.
+func (c *core) sliceStart(now time.Time) int64 {
+	width := int64(c.s.Window / buckets)
+	return now.UnixNano() - now.UnixNano()%width
+}
+
+// bucketOf is the bucket of the slice starting at start.
+func (c *core) bucketOf(start int64) *bucket {
+	return &c.window[(start/int64(c.s.Window/buckets))%buckets]
 }
 
 func (c *core) setState(s State, now time.Time) {
@@ -424,8 +435,7 @@ func (b *Breaker) Done(gen uint64, o Outcome) { b.DoneAt(gen, o, b.now()) }
 // DoneAt is Done for a call that ended at now, read from the breaker's
 // clock.
 func (b *Breaker) DoneAt(gen uint64, o Outcome, now time.Time) {
-	width := int64(b.core.s.Window / buckets)
-	start := now.UnixNano() - now.UnixNano()%width
+	start := b.core.sliceStart(now)
 	if o == Success && b.clean.Load() && b.snap.Load() == gen<<2|uint64(Closed) && b.okStart.Load() == start {
 		b.okCalls.Add(1)
 		return
