@@ -121,14 +121,13 @@ func (n *Namespace) putHot(key string, m *meta, held, found, now int64) {
 // leaves the value graded current, though the load may have read the
 // source before the write (the two processes' clocks differ): the key's
 // watermark is raised to the value's origin, so that it is a fallback like
-// the others, rather than dropped. Dropping it left a key with no stale
-// value to serve once the copy before it ran out of its window (the
-// randomized fault test's "error where a stale value was due").
+// the others, rather than dropped: dropped, it would leave the key no
+// stale value to serve once the copy before it ran out of its window.
 func (n *Namespace) keepAsFallback(key string, m *meta) {
-	now := n.exactNow()
 	if n.lkg == nil || m.negative {
 		return
 	}
+	now := n.exactNow()
 	switch n.grade(key, m, now) {
 	case gradeNone:
 		return

@@ -17,7 +17,10 @@ cd "$(dirname "$0")/.."
 # Each step's line carries the seconds since the start, so a run's log
 # shows where its time went.
 step() { printf '\n== %s (at %ds)\n' "$*" "$SECONDS"; }
-trap 'printf "\n== done (at %ds)\n" "$SECONDS"' EXIT
+# On the way out, a redis module go test still running in the background
+# (see the tests step) is stopped.
+redis_tests=
+trap '[ -z "$redis_tests" ] || kill "$redis_tests" 2>/dev/null; printf "\n== done (at %ds)\n" "$SECONDS"' EXIT
 
 step "install test servers when missing"
 ./scripts/install-test-deps.sh
@@ -84,12 +87,11 @@ for mod in "${modules[@]}"; do
 done
 go test -race -count=1 -timeout 12m ./redis/... &
 redis_tests=$!
-trap 'kill "$redis_tests" 2>/dev/null; printf "\n== done (at %ds)\n" "$SECONDS"' EXIT
 others_rc=0
 go test -race -count=1 -p 1 -timeout 12m "${others[@]}" || others_rc=$?
 redis_rc=0
 wait "$redis_tests" || redis_rc=$?
-trap 'printf "\n== done (at %ds)\n" "$SECONDS"' EXIT
+redis_tests=
 if [ "$others_rc" != 0 ] || [ "$redis_rc" != 0 ]; then
 	echo "tests failed: redis module rc $redis_rc, the others rc $others_rc"
 	exit 1

@@ -284,7 +284,6 @@ func (c *core) recovered(now time.Time) {
 // record adds one call to the rolling window and returns the window's
 // totals.
 func (c *core) record(now time.Time, failed bool) (calls, failures int) {
-	width := int64(c.s.Window / buckets)
 	start := c.sliceStart(now)
 	b := c.bucketOf(start)
 	if b.start != start {
@@ -294,7 +293,7 @@ func (c *core) record(now time.Time, failed bool) (calls, failures int) {
 	if failed {
 		b.failures++
 	}
-	oldest := start - int64(c.s.Window) + width
+	oldest := start - int64(c.s.Window) + c.sliceWidth()
 	for i := range c.window {
 		if w := &c.window[i]; w.start >= oldest {
 			calls += w.calls
@@ -314,16 +313,19 @@ func (c *core) addSuccesses(start int64, n int) {
 	}
 }
 
+// sliceWidth is the length of one of the window's slices, in nanoseconds.
+// It and the two below read only the settings, which never change.
+func (c *core) sliceWidth() int64 { return int64(c.s.Window / buckets) }
+
 // sliceStart is the start of the window's slice that now falls in, in
-// Unix nanoseconds. It reads only the settings, which never change.
+// Unix nanoseconds.
 func (c *core) sliceStart(now time.Time) int64 {
-	width := int64(c.s.Window / buckets)
-	return now.UnixNano() - now.UnixNano()%width
+	return now.UnixNano() - now.UnixNano()%c.sliceWidth()
 }
 
 // bucketOf is the bucket of the slice starting at start.
 func (c *core) bucketOf(start int64) *bucket {
-	return &c.window[(start/int64(c.s.Window/buckets))%buckets]
+	return &c.window[(start/c.sliceWidth())%buckets]
 }
 
 func (c *core) setState(s State, now time.Time) {
