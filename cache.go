@@ -110,6 +110,10 @@ type Result struct {
 	// Collapsed is set when this read waited for another read's fetch
 	// (RFC 9211's "collapsed").
 	Collapsed bool
+	// pastSoft is set on an answer served past its soft time, as decided
+	// by the read that served it. Beside the other flags, which keeps a
+	// Result to 72 bytes.
+	pastSoft bool
 	// LoadErr is why a stale value answered instead of a loaded one: the
 	// load failed, timed out or was refused by the load limiter, or the
 	// key's last load failed and its retry is not due (LoadErrorBackoff).
@@ -118,9 +122,6 @@ type Result struct {
 	// other answer, stale-while-revalidate ones included while their
 	// refresh has not failed.
 	LoadErr error
-	// pastSoft is set on an answer served past its soft time, as decided
-	// by the read that served it.
-	pastSoft bool
 	// origin, soft and hard are Unix nanoseconds: a hit copies three words,
 	// not three time.Time values.
 	origin, soft, hard int64

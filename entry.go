@@ -6,12 +6,15 @@ import (
 
 // meta is the decoded header of an envelope kept beside the raw bytes, so the
 // in-process tiers answer a hit without decoding or copying anything.
+//
+// It holds the answer a hit gives, Result, laid out ready to copy: its
+// Value is raw's payload, its times the envelope's, NotFound set for a
+// cached not-found, and in the hot tier's copy Source is SourceHot. A
+// Result written field by field makes the caller's copy of it wait on
+// store forwarding, about a sixth of a hot-tier hit (BenchmarkGetHit).
 type meta struct {
-	raw    []byte // the whole envelope
-	value  []byte // raw's payload
-	origin int64
-	soft   int64
-	hard   int64
+	Result
+	raw []byte // the whole envelope
 	// stale is when the value may no longer be served even as the
 	// fallback for a failed load, when its loader set that window itself;
 	// 0 leaves it to the namespace's StaleIfError (Namespace.staleUntil).
@@ -22,12 +25,13 @@ type meta struct {
 	// a hot-tier copy's life go by it. It never leaves the process.
 	current  int64
 	costUsec uint32
-	negative bool
-	// ver is the key's version (Coordinator.Version) plus one when this
-	// process loaded the value having read that version first; 0 when it is
-	// not known (a value read from the shared tier). It never leaves the
-	// process.
-	ver uint64
+	// ver is the low 32 bits of the key's version (Coordinator.Version)
+	// plus one when this process loaded the value having read that version
+	// first; 0 when it is not known (a value read from the shared tier). It
+	// never leaves the process, and is only compared with a version read
+	// within the value's lifetime: no key is invalidated 2^32 times in one.
+	// Beside costUsec it keeps a node of the stores to 192 bytes.
+	ver uint32
 }
 
 // currentAt is when the value was last found current (meta.current).
@@ -45,13 +49,15 @@ func decodeMeta(b []byte) (meta, error) {
 		stale = e.Stale.UnixNano()
 	}
 	return meta{
+		Result: Result{
+			Value:    e.Value,
+			NotFound: e.Negative,
+			origin:   e.Origin.UnixNano(),
+			soft:     e.Soft.UnixNano(),
+			hard:     e.Hard.UnixNano(),
+		},
 		stale:    stale,
 		raw:      b,
-		value:    e.Value,
-		origin:   e.Origin.UnixNano(),
-		soft:     e.Soft.UnixNano(),
-		hard:     e.Hard.UnixNano(),
 		costUsec: uint32(e.LoadCost.Microseconds()),
-		negative: e.Negative,
 	}, nil
 }

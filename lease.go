@@ -144,7 +144,7 @@ func (n *Namespace) waitLease(ctx context.Context, j *job) {
 // waiting reader may take: a value within its soft time, or a negative
 // entry within its hard time.
 func (n *Namespace) answeredByWait(j *job, m *meta, status tierStatus, now int64) bool {
-	if status != tierHit || !(now < m.soft || m.negative && now < m.hard) {
+	if status != tierHit || !(now < m.soft || m.NotFound && now < m.hard) {
 		return false
 	}
 	n.storeLocal(j.f, j.key, m, now)
@@ -164,7 +164,7 @@ func (n *Namespace) serveHeldCurrent(f *flight, key string, ver version) {
 	}
 	now := n.exactNow()
 	m := n.lkg.Get(key, now)
-	if m == nil || m.negative || m.ver != ver.v+1 || now >= m.hard || n.grade(key, m, now) != gradeCurrent {
+	if m == nil || m.NotFound || m.ver != uint32(ver.v+1) || now >= m.hard || n.grade(key, m, now) != gradeCurrent {
 		return
 	}
 	if now >= m.soft {

@@ -221,7 +221,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		}
 		m = n.newEntry(val, start.UnixNano(), cost, false, lo.lifetime)
 		if lo.ver.known {
-			m.ver = lo.ver.v + 1
+			m.ver = uint32(lo.ver.v + 1)
 		}
 	case isNotFound(err):
 		n.ctr.inc(evLoadNotFound)
@@ -256,7 +256,7 @@ func (n *Namespace) loaded(f *flight, key string, lo loadResult, fallback *meta)
 		return out, nil
 	}
 	ttl := time.Duration(m.hard - now)
-	if !m.negative {
+	if !m.NotFound {
 		// Kept past hard so that the tier itself can serve stale values
 		// when the loader fails while Redis is up.
 		ttl = time.Duration(n.staleUntil(&m) - now)

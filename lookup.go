@@ -165,7 +165,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 	switch status {
 	case tierHit:
 		newer := refreshOf == 0 || m.origin > refreshOf
-		if newer && !m.negative && now >= m.hard && now < n.staleUntil(m) {
+		if newer && !m.NotFound && now >= m.hard && now < n.staleUntil(m) {
 			// Past hard it is no answer, but it is the last value this
 			// process knows: last-known-good keeps it for stale-if-error,
 			// so a failed load can serve it after the tier lost it.
@@ -173,7 +173,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 		}
 		if now < m.hard && newer {
 			n.storeLocal(f, key, m, now)
-			if now < m.soft || m.negative {
+			if now < m.soft || m.NotFound {
 				res, err := n.served(m, SourceShared)
 				return outcome{res, err}, true, nil
 			}
@@ -183,7 +183,7 @@ func (n *Namespace) afterShared(f *flight, key string, m *meta, status tierStatu
 			res, _ := n.servedFor(m, SourceShared, ReasonRevalidating, now)
 			f.publish(res, nil)
 		}
-		if !m.negative {
+		if !m.NotFound {
 			// A copy: m is the caller's, on its stack for the common
 			// case, a hit that needs no fallback.
 			fb := *m

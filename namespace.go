@@ -164,10 +164,10 @@ func (n *Namespace) keyTooLarge(key string) error {
 
 // served turns a stored entry into a read's normal answer.
 func (n *Namespace) served(m *meta, src Source) (Result, error) {
-	if m.negative {
+	if m.NotFound {
 		return n.servedNegative(m, src)
 	}
-	return Result{Value: m.value, Source: src, origin: m.origin, soft: m.soft, hard: m.hard}, nil
+	return Result{Value: m.Value, Source: src, origin: m.origin, soft: m.soft, hard: m.hard}, nil
 }
 
 // servedFor turns a stored entry into an answer given for why at now, the
@@ -188,7 +188,7 @@ func (n *Namespace) servedNegative(m *meta, src Source) (Result, error) {
 // xfetchDue reports whether XFetch picks this read to refresh a fresh value
 // early: now − cost·β·ln(U) ≥ soft, U uniform in (0, 1].
 func (n *Namespace) xfetchDue(m *meta, now int64) bool {
-	if m.negative || m.costUsec == 0 {
+	if m.NotFound || m.costUsec == 0 {
 		return false
 	}
 	u := 1 - rand.Float64() // (0, 1]

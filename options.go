@@ -203,9 +203,9 @@ type Policy struct {
 	// The bound is on the memory entries take, not on their payload: an
 	// entry is charged its key and its envelope (the value and a 40-byte
 	// header, 48 with a stale-if-error window of its own) as the Go
-	// allocator rounds them, plus 216 bytes of node, index and frequency
-	// sketch. So 32 MiB holds about 113,000 16-byte values under 12-byte
-	// keys, 41,500 of 512 bytes, 1,790 of 16 KiB (18 KiB each as
+	// allocator rounds them, plus 232 bytes of node, index and frequency
+	// sketch. So 32 MiB holds about 107,500 16-byte values under 12-byte
+	// keys, 40,700 of 512 bytes, 1,790 of 16 KiB (18 KiB each as
 	// allocated). An entry also in the hot tier shares its key and envelope
 	// with it, and both count them: the two budgets together bound the
 	// namespace's stores from above.

@@ -77,9 +77,8 @@ func (n *Namespace) Get(ctx context.Context, key string, loader Loader) (Result,
 			if n.p.EarlyRefresh.XFetchBeta > 0 && n.xfetchDue(m, now) {
 				n.startRefresh(ctx, key, loader, m.origin)
 			}
-			if !m.negative {
-				// served, spelled out: the call did not inline.
-				return Result{Value: m.value, Source: SourceHot, origin: m.origin, soft: m.soft, hard: m.hard}, nil
+			if !m.NotFound {
+				return m.Result, nil // the hot tier's copy: see meta
 			}
 			return n.servedNegative(m, SourceHot)
 		}

@@ -81,7 +81,7 @@ func (n *Namespace) refillCopy(j *job, now int64) *meta {
 		return nil
 	}
 	m := n.lkg.Get(j.key, now)
-	if m == nil || m.negative || now >= m.soft || over != nil && m.origin <= over.origin ||
+	if m == nil || m.NotFound || now >= m.soft || over != nil && m.origin <= over.origin ||
 		!n.c.stream.refillable(m.currentAt()) && !(m.current == 0 && n.c.stream.loadedInGap(m.origin)) ||
 		n.grade(j.key, m, now) != gradeCurrent {
 		return nil
@@ -188,12 +188,12 @@ func (n *Namespace) writeBack(j *job) {
 		if err != nil || n.grade(j.key, &hm, now) != gradeCurrent {
 			return
 		}
-		if now < hm.soft || hm.negative && now < hm.hard {
+		if now < hm.soft || hm.NotFound && now < hm.hard {
 			hm.current = sent
 			n.putLocal(j.key, &hm, now)
 			res, rerr := n.served(&hm, SourceShared)
 			j.out, j.done = outcome{res, rerr}, true
-		} else if !hm.negative {
+		} else if !hm.NotFound {
 			j.fallback = &hm // past its soft time: loaded, and kept for a failed load
 		}
 	}

@@ -83,7 +83,7 @@ func (n *Namespace) putLocal(key string, m *meta, now int64) {
 			d.current = m.current
 			n.lkg.Set(key, d, local.SizeClass(cap(d.raw)), n.staleUntil(&d), now)
 		case old != nil && m.origin <= old.origin:
-		case m.negative:
+		case m.NotFound:
 			n.lkg.Delete(key)
 		default:
 			n.lkg.Set(key, *m, held, n.staleUntil(m), now)
@@ -99,7 +99,9 @@ func (n *Namespace) putHot(key string, m *meta, held, found, now int64) {
 	if n.hot != nil && !n.hotOff.Load() && m.currentAt() >= n.c.stream.resumedAt.Load() && n.admitHot(key, now) {
 		// Never past the soft time: a hot-tier hit is always fresh.
 		if exp := min(found+int64(n.p.Hot.TTL), m.soft); exp > now {
-			n.hot.Set(key, *m, held, exp, now)
+			hm := *m
+			hm.Source = SourceHot
+			n.hot.Set(key, hm, held, exp, now)
 			// Set after the pass that drops such copies began.
 			if m.currentAt() < n.c.stream.resumedAt.Load() {
 				n.hot.Delete(key)
@@ -124,7 +126,7 @@ func (n *Namespace) putHot(key string, m *meta, held, found, now int64) {
 // the others, rather than dropped: dropped, it would leave the key no
 // stale value to serve once the copy before it ran out of its window.
 func (n *Namespace) keepAsFallback(key string, m *meta) {
-	if n.lkg == nil || m.negative {
+	if n.lkg == nil || m.NotFound {
 		return
 	}
 	now := n.exactNow()

@@ -289,7 +289,7 @@ func (n *Namespace) warmStart(sharer tier.HotSharer) {
 				continue
 			}
 			m, err := decodeMeta(l.Value)
-			if err != nil || m.negative || now >= m.soft || n.grade(batch[i], &m, now) != gradeCurrent {
+			if err != nil || m.NotFound || now >= m.soft || n.grade(batch[i], &m, now) != gradeCurrent {
 				continue
 			}
 			m.current = sent

@@ -198,7 +198,7 @@ func (n *Namespace) takeCopy(f *flight, key string, st stage, m *meta, src Sourc
 func (n *Namespace) fromMemory(key string, now int64) *meta {
 	m := n.lkg.Get(key, now)
 	switch {
-	case m == nil || m.negative || n.grade(key, m, now) != gradeCurrent:
+	case m == nil || m.NotFound || n.grade(key, m, now) != gradeCurrent:
 		return nil
 	case now < m.hard:
 		return m
