@@ -118,3 +118,72 @@ func TestPastSoftReadsVersionWithValue(t *testing.T) {
 		t.Fatalf("a read past the soft time and its refresh ran %d GET and %d MGET; want one MGET, and the script's GET", g, m)
 	}
 }
+
+// In a Cluster, versioned reads that mostly miss go to the primaries at
+// once (a replica's miss would be asked again there), and go back to the
+// replicas once they mostly hit.
+func TestClusterVersionedReadsFollowMisses(t *testing.T) {
+	skipShort(t)
+	cl := redistest.Cluster(t)
+	ctx := ctxT(t, 60*time.Second)
+	tr := newTier(t, Options{Addrs: cl.Addrs()[:1], KeyPrefix: "vm:", ReadBudget: 500 * time.Millisecond,
+		WriteTimeout: 2 * time.Second, Cluster: ClusterOptions{PrimaryAfterWrite: -1}})
+	waitReady(t, tr, 6, 10*time.Second)
+	replicaReads := func() (n uint64) {
+		for _, s := range tr.NodeStats() {
+			if !s.Primary {
+				n += s.Reads
+			}
+		}
+		return n
+	}
+	read := func(key string, want bool) {
+		t.Helper()
+		if l := tr.GetVersioned(ctx, key); l.Err != nil || l.Found != want {
+			t.Fatalf("%s: %+v, want found %v", key, l, want)
+		}
+	}
+
+	for i := range 30 { // the share of misses climbs past half
+		read(fmt.Sprint("warm:", i), false)
+	}
+	before := replicaReads()
+	for i := range 200 {
+		read(fmt.Sprint("cold:", i), false)
+	}
+	if got := replicaReads() - before; got != 0 {
+		t.Fatalf("replicas were asked %d of 200 versioned reads that missed; want every one at the primary", got)
+	}
+
+	const keys = 100
+	items := make([]tier.Item, keys)
+	for i := range items {
+		items[i] = tier.Item{Key: fmt.Sprint("hot:", i), Value: []byte("v"), TTL: 10 * time.Minute}
+	}
+	if err := tr.Set(ctx, items...); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitHealthy(ctx); err != nil { // replicas caught up
+		t.Fatal(err)
+	}
+	for i := range 30 { // the share of misses falls below half
+		read(fmt.Sprint("hot:", i%keys), true)
+	}
+	// Replicas of a shard not read lately take reads again once polled
+	// (ReadinessInterval): read until they answer a third of the reads
+	// of a batch, for at most 10 s.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		before := replicaReads()
+		for i := range 150 {
+			read(fmt.Sprint("hot:", i%keys), true)
+		}
+		got := replicaReads() - before
+		if got >= 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas answered %d of 150 versioned reads that hit; want them to share the reads", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -285,17 +285,23 @@ func hasMiss(res rueidis.RedisResult) bool {
 // the file comment). err is set, and nothing sent, when no node of the
 // slot is eligible.
 func (t *Tier) nodeRead(ctx context.Context, gen uint64, key, full string, cmd func(rueidis.Builder) rueidis.Completed) (_ rueidis.RedisResult, err error) {
-	return t.nodeReadAs(ctx, gen, key, full, cmd, cmd)
+	return t.nodeReadAs(ctx, gen, key, full, cmd, cmd, false)
 }
 
 // nodeReadAs is nodeRead that sends the command built by primaryCmd
 // instead when the read goes to the slot's primary over the map (at once,
 // or after a replica's miss); cmd goes to replicas and through rueidis's
-// routing.
-func (t *Tier) nodeReadAs(ctx context.Context, gen uint64, key, full string, cmd, primaryCmd func(rueidis.Builder) rueidis.Completed) (_ rueidis.RedisResult, err error) {
+// routing. With primaryFirst the read goes to the primary even when a
+// replica would have been picked, unless the primary is ejected.
+func (t *Tier) nodeReadAs(ctx context.Context, gen uint64, key, full string, cmd, primaryCmd func(rueidis.Builder) rueidis.Completed, primaryFirst bool) (_ rueidis.RedisResult, err error) {
 	c := &t.stats
 	sl := slot(full)
 	n, viaPrimary, covered := t.nodes.pick(sl)
+	if primaryFirst && n != nil && !viaPrimary {
+		if p := t.nodes.primaryFor(sl); p != nil && !p.ejected.Load() {
+			n, viaPrimary = p, true
+		}
+	}
 	if n == nil && covered {
 		t.br.Done(gen, breaker.Ignore)
 		c.bypassed.add(1)

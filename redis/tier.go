@@ -28,9 +28,12 @@ type Tier struct {
 	cluster bool
 	br      *breaker.Breaker
 	nodes   *nodeSet // per-node health in Cluster mode; nil otherwise
-	flog    *failureLog
-	closed  atomic.Bool
-	stats   counters
+	// versionedMisses is the share of recent versioned reads that
+	// missed, in 1/1024ths (missedMostly).
+	versionedMisses atomic.Int32
+	flog            *failureLog
+	closed          atomic.Bool
+	stats           counters
 
 	// sentinel is client in the Sentinel shape; nil otherwise.
 	sentinel *sentinelClient
