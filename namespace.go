@@ -167,7 +167,9 @@ func (n *Namespace) served(m *meta, src Source) (Result, error) {
 	if m.NotFound {
 		return n.servedNegative(m, src)
 	}
-	return Result{Value: m.Value, Source: src, origin: m.origin, soft: m.soft, hard: m.hard}, nil
+	res := m.Result // the answer the entry holds, under src's name
+	res.Source = src
+	return res, nil
 }
 
 // servedFor turns a stored entry into an answer given for why at now, the

@@ -52,7 +52,7 @@ func (d *tierDriver) GetVersioned(ctx context.Context, key string) tier.Versione
 		res = t.primaryRead(ctx, gen, mget(t.client.B()))
 	}
 	out := t.versionedResult(key, res)
-	if out.Err == nil {
+	if out.Err == nil && t.nodes != nil { // only a Cluster's reads are routed by it
 		t.noteVersioned(out.Found)
 	}
 	return out
